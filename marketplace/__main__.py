@@ -1,0 +1,3 @@
+from marketplace.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,88 @@
+"""Shard actors hosting the per-project state actors.
+
+"An actor per project" would be one OS process per project, so projects are hashed onto a fixed
+number of shard actors (``MARKETPLACE_PROJECT_SHARDS``). Within a shard every mutation of one
+project runs under that project's lock, so each project has exactly one writer at a time while
+different projects proceed concurrently.
+
+Fault contract: Postgres is the source of truth. A mutation is acknowledged only after its
+transaction committed, so a shard killed by the OS and restarted by Ray loses only caches (which it
+reloads on first use) and the calls that were in flight, which fail with a 503 and are not
+retried by Ray (``max_task_retries=0``): a caller may retry them, and each mutation is written to
+be safe to repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+
+from marketplace.actors.options import ActorSpec
+from marketplace.actors.runtime import ActorRuntime, stable_shard
+from marketplace.config import Settings
+from marketplace.storage.pool import create_pool
+
+
+class ProjectShard:
+    def __init__(self, settings: dict[str, Any], shard_index: int) -> None:
+        self.settings = Settings(**settings)
+        self.database_url: str = settings["database_url"]
+        self.shard_index = shard_index
+        self._pool: asyncpg.Pool | None = None
+        self._pool_lock = asyncio.Lock()
+        self._project_locks: dict[str, asyncio.Lock] = {}
+
+    async def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            async with self._pool_lock:
+                if self._pool is None:
+                    self._pool = await create_pool(self.database_url, min_size=1, max_size=4)
+        return self._pool
+
+    @asynccontextmanager
+    async def project_writer(self, project_address: str) -> AsyncIterator[None]:
+        """Serialise mutations of one project; other projects are not blocked."""
+        key = project_address.lower()
+        lock = self._project_locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            yield
+
+    async def ping(self) -> dict[str, Any]:
+        pool = await self.pool()
+        async with pool.acquire() as conn:
+            await conn.fetchval("SELECT 1")
+        return {"shard": self.shard_index, "pid": os.getpid()}
+
+
+def shard_spec(index: int) -> ActorSpec:
+    return ActorSpec(name=f"project-shard-{index}", cls=ProjectShard, max_concurrency=256)
+
+
+class ProjectShards:
+    """Frontend-side router: project address -> the shard actor owning it."""
+
+    def __init__(self, runtime: ActorRuntime) -> None:
+        self.runtime = runtime
+        self.count = runtime.settings.project_shards
+
+    def handle_for(self, project_address: str) -> tuple[str, Any]:
+        index = stable_shard(project_address, self.count)
+        spec = shard_spec(index)
+        return spec.name, self.runtime.handle(spec, self.runtime.actor_settings(), index)
+
+    async def call(self, project_address: str, method: str, *args: Any) -> Any:
+        name, handle = self.handle_for(project_address)
+        return await self.runtime.call(name, handle, method, *args)
+
+    async def ping_all(self) -> list[dict[str, Any]]:
+        calls = []
+        for index in range(self.count):
+            spec = shard_spec(index)
+            handle = self.runtime.handle(spec, self.runtime.actor_settings(), index)
+            calls.append(self.runtime.call(spec.name, handle, "ping"))
+        return list(await asyncio.gather(*calls))

@@ -1,0 +1,171 @@
+"""Principals and how credentials become one (spec section 5).
+
+Three carriers exist: a session JWT (``Authorization: Bearer <jwt>``), an agent API key
+(``x-agent-api-key``) and the scheduler secret (``Authorization: Bearer <secret>``). Resolving is
+pure except for the API-key lookup, which the identity module provides through
+:class:`ApiKeyResolver`; until one is registered, no key matches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hmac
+import uuid
+from dataclasses import dataclass
+from typing import Protocol
+
+import jwt
+
+from marketplace.config import Settings
+from marketplace.errors import PrincipalMismatch, Unauthorized
+
+
+class PrincipalKind(enum.StrEnum):
+    SESSION = "session"
+    AGENT_KEY = "agent_key"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """A user acting through a session token or one of their agent keys (or both, agreeing)."""
+
+    user_id: uuid.UUID
+    kind: PrincipalKind
+    email_verified: bool
+    api_key_id: uuid.UUID | None = None
+
+    @property
+    def has_session(self) -> bool:
+        return self.kind is PrincipalKind.SESSION
+
+
+@dataclass(frozen=True)
+class SchedulerPrincipal:
+    """The internal scheduler, authenticated by the shared scheduler secret."""
+
+
+@dataclass(frozen=True)
+class ResolvedApiKey:
+    key_id: uuid.UUID
+    user_id: uuid.UUID
+    email_verified: bool
+
+
+class ApiKeyResolver(Protocol):
+    async def resolve(self, secret: str) -> ResolvedApiKey | None: ...
+
+
+class NoApiKeys:
+    """Resolver used until an identity module registers a real one: no key matches."""
+
+    async def resolve(self, secret: str) -> ResolvedApiKey | None:
+        return None
+
+
+@dataclass(frozen=True)
+class SessionClaims:
+    user_id: uuid.UUID
+    email_verified: bool
+
+
+class SessionVerifier:
+    """Verifies session JWTs with a shared secret (HS256), a PEM public key or a JWKS URL."""
+
+    def __init__(self, settings: Settings, dev_secret: str | None = None) -> None:
+        self._issuer = settings.jwt_issuer
+        self._audience = settings.jwt_audience
+        self._leeway = settings.jwt_leeway_seconds
+        self._jwks: jwt.PyJWKClient | None = None
+        self._key: str | None = None
+        if settings.jwt_secret is not None:
+            self._key, self._algorithms = settings.jwt_secret.get_secret_value(), ["HS256"]
+        elif settings.jwt_public_key:
+            self._key, self._algorithms = settings.jwt_public_key, ["RS256", "ES256"]
+        elif settings.jwks_url:
+            self._jwks = jwt.PyJWKClient(settings.jwks_url, cache_keys=True, lifespan=300)
+            self._algorithms = ["RS256", "ES256"]
+        elif dev_secret is not None:
+            self._key, self._algorithms = dev_secret, ["HS256"]
+        else:
+            raise ValueError(
+                "no session verification configured: set MARKETPLACE_JWT_SECRET, "
+                "MARKETPLACE_JWT_PUBLIC_KEY or MARKETPLACE_JWKS_URL"
+            )
+
+    async def verify(self, token: str) -> SessionClaims:
+        try:
+            if self._jwks is not None:
+                # PyJWKClient fetches over blocking urllib; keep it off the event loop.
+                signing_key = await asyncio.to_thread(self._jwks.get_signing_key_from_jwt, token)
+                key: object = signing_key.key
+            else:
+                key = self._key
+            claims = jwt.decode(
+                token,
+                key,  # type: ignore[arg-type]
+                algorithms=self._algorithms,
+                audience=self._audience,
+                issuer=self._issuer,
+                leeway=self._leeway,
+                options={
+                    "require": ["exp", "sub"],
+                    "verify_aud": self._audience is not None,
+                },
+            )
+        except jwt.ExpiredSignatureError as exc:
+            raise Unauthorized("session token expired") from exc
+        except (jwt.PyJWTError, ValueError) as exc:
+            raise Unauthorized(f"invalid session token: {exc}") from exc
+        try:
+            user_id = uuid.UUID(str(claims["sub"]))
+        except ValueError as exc:
+            raise Unauthorized("session token subject is not a uuid") from exc
+        return SessionClaims(user_id=user_id, email_verified=claims.get("email_verified") is True)
+
+
+def issue_session_token(
+    secret: str, user_id: uuid.UUID, *, email_verified: bool, ttl_seconds: int, now: int
+) -> str:
+    claims = {
+        "sub": str(user_id),
+        "email_verified": email_verified,
+        "iat": now,
+        "exp": now + ttl_seconds,
+    }
+    return jwt.encode(claims, secret, algorithm="HS256")
+
+
+def bearer_token(header: str | None) -> str | None:
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("Authorization header must be 'Bearer <token>'")
+    return token.strip()
+
+
+def is_scheduler_token(token: str, scheduler_secret: str | None) -> bool:
+    if not scheduler_secret:
+        return False
+    return hmac.compare_digest(token.encode(), scheduler_secret.encode())
+
+
+def combine_principals(
+    session: SessionClaims | None, key: ResolvedApiKey | None
+) -> Principal | None:
+    """Spec section 5 rule 2: when both carriers are present they must name the same user."""
+    if session is not None and key is not None:
+        if session.user_id != key.user_id:
+            raise PrincipalMismatch()
+        return Principal(
+            user_id=session.user_id,
+            kind=PrincipalKind.SESSION,
+            email_verified=session.email_verified,
+            api_key_id=key.key_id,
+        )
+    if session is not None:
+        return Principal(session.user_id, PrincipalKind.SESSION, session.email_verified)
+    if key is not None:
+        return Principal(key.user_id, PrincipalKind.AGENT_KEY, key.email_verified, key.key_id)
+    return None

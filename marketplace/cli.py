@@ -1,0 +1,167 @@
+"""The ``marketplace`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from aiohttp import web
+
+from marketplace.auth import issue_session_token
+from marketplace.config import Settings, load_settings
+from marketplace.embedded.procs import read_or_create_secret
+from marketplace.embedded.stack import EmbeddedStack
+from marketplace.logs import configure_logging
+from marketplace.storage.migrations import migrate_dsn
+
+log = logging.getLogger("marketplace")
+
+# Capabilities that add their own sub-commands expose `register_cli(subparsers)`.
+PLUGIN_MODULES = ("marketplace.identity.cli", "marketplace.chain.cli")
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = {}
+    for name in ("host", "port", "data_dir"):
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[name] = value
+    return load_settings(**overrides)
+
+
+def _serve(settings: Settings, *, migrate: bool) -> None:
+    from marketplace.http.app import create_app
+
+    if migrate:
+        applied = asyncio.run(migrate_dsn(settings.database_url))
+        log.info("migrations applied", extra={"applied": applied})
+    app = create_app(settings)
+    web.run_app(
+        app,
+        host=settings.host,
+        port=settings.port,
+        print=lambda _: log.info(
+            "serving", extra={"url": f"http://{settings.host}:{settings.port}/v1/"}
+        ),
+        access_log=None,
+    )
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    configure_logging(settings.log_level, settings.log_json)
+    stack = EmbeddedStack()
+    try:
+        settings = stack.start(settings)
+        _serve(settings, migrate=True)
+    finally:
+        stack.stop()
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    configure_logging(settings.log_level, settings.log_json)
+    missing = [n for n in ("database_url", "redis_url") if not getattr(settings, n)]
+    if not (settings.jwt_secret or settings.jwt_public_key or settings.jwks_url):
+        missing.append("jwt_secret | jwt_public_key | jwks_url")
+    if missing:
+        print(
+            "serve uses external dependencies only; set "
+            + ", ".join(f"MARKETPLACE_{m.upper()}" for m in missing)
+            + " (or use `marketplace up` for embedded ones)",
+            file=sys.stderr,
+        )
+        return 2
+    _serve(settings, migrate=not args.skip_migrations)
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    configure_logging(settings.log_level, settings.log_json)
+    if not settings.database_url:
+        print("set MARKETPLACE_DATABASE_URL", file=sys.stderr)
+        return 2
+    applied = asyncio.run(migrate_dsn(settings.database_url))
+    print(f"applied migrations: {applied or 'none (up to date)'}")
+    return 0
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    if settings.jwt_secret is not None:
+        secret = settings.jwt_secret.get_secret_value()
+    elif settings.jwt_public_key or settings.jwks_url:
+        print("tokens can only be minted with a shared secret (HS256)", file=sys.stderr)
+        return 2
+    else:
+        secret = read_or_create_secret(settings.dev_secret_path)
+    print(
+        issue_session_token(
+            secret,
+            args.user_id,
+            email_verified=args.email_verified,
+            ttl_seconds=args.ttl,
+            now=int(time.time()),
+        )
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="marketplace", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def with_data_dir(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--data-dir", type=Path, help="default: $MARKETPLACE_DATA_DIR or ./.data")
+
+    up = sub.add_parser("up", help="start embedded dependencies as needed, migrate, serve")
+    up.add_argument("--host")
+    up.add_argument("--port", type=int)
+    with_data_dir(up)
+    up.set_defaults(func=cmd_up)
+
+    serve = sub.add_parser("serve", help="serve against external dependencies only")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--skip-migrations", action="store_true")
+    serve.set_defaults(func=cmd_serve)
+
+    mig = sub.add_parser("migrate", help="apply database migrations")
+    mig.set_defaults(func=cmd_migrate)
+
+    token = sub.add_parser("token", help="print a session JWT signed with the dev secret")
+    token.add_argument("--user-id", type=uuid.UUID, required=True)
+    token.add_argument("--email-verified", action=argparse.BooleanOptionalAction, default=True)
+    token.add_argument("--ttl", type=int, default=3600, help="seconds (default 3600)")
+    with_data_dir(token)
+    token.set_defaults(func=cmd_token)
+
+    for module_name in PLUGIN_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not module_name.startswith(exc.name):
+                raise
+            continue
+        module.register_cli(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Real PostgreSQL and Redis servers started from their wheels for the embedded/dev mode."""

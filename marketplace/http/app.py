@@ -1,0 +1,89 @@
+"""The aiohttp application factory.
+
+Each shared resource is one ``cleanup_ctx`` generator, so cleanup runs exactly for what started:
+Postgres pool, then Redis, then Ray. Domain modules under ``marketplace.http.routes`` register
+their routes (and hooks) themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+
+import redis.asyncio as aioredis
+from aiohttp import web
+
+from marketplace.actors.project_shard import ProjectShards
+from marketplace.actors.runtime import ActorRuntime
+from marketplace.auth import NoApiKeys, SessionVerifier
+from marketplace.config import Settings
+from marketplace.http import keys
+from marketplace.http.middlewares import errors, request_context
+from marketplace.http.ratelimit import RateLimiter
+from marketplace.http.routes import discover
+from marketplace.http.routing import Route, RouteTable, make_endpoint
+from marketplace.storage.pool import create_pool
+
+log = logging.getLogger(__name__)
+
+ROUTES: web.AppKey[list[Route]] = web.AppKey("routes", list)
+
+
+async def _postgres(app: web.Application) -> AsyncIterator[None]:
+    settings = app[keys.SETTINGS]
+    app[keys.PG_POOL] = await create_pool(
+        settings.database_url,
+        min_size=settings.db_pool_min_size,
+        max_size=settings.db_pool_max_size,
+    )
+    yield
+    await app[keys.PG_POOL].close()
+
+
+async def _redis(app: web.Application) -> AsyncIterator[None]:
+    client = aioredis.Redis.from_url(app[keys.SETTINGS].redis_url, decode_responses=True)
+    await client.ping()
+    app[keys.REDIS] = client
+    app[keys.RATE_LIMITER] = RateLimiter(client, app[keys.SETTINGS])
+    yield
+    await client.aclose()
+
+
+async def _ray(app: web.Application) -> AsyncIterator[None]:
+    runtime = ActorRuntime(app[keys.SETTINGS], database_url=app[keys.SETTINGS].database_url)
+    runtime.connect()
+    app[keys.ACTORS] = runtime
+    app[keys.PROJECT_SHARDS] = ProjectShards(runtime)
+    yield
+    runtime.shutdown()
+
+
+def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> web.Application:
+    """Build the app. ``settings.database_url`` and ``redis_url`` must be set by now.
+
+    ``extra_routes`` adds route tables beyond the discovered domain modules (tests use it).
+    """
+    if not settings.database_url or not settings.redis_url:
+        raise ValueError("create_app needs database_url and redis_url")
+    app = web.Application(
+        middlewares=[request_context, errors], client_max_size=settings.max_body_bytes
+    )
+    app[keys.SETTINGS] = settings
+    app[keys.SESSION_VERIFIER] = SessionVerifier(settings)
+    app[keys.API_KEY_RESOLVER] = NoApiKeys()
+    app[keys.GUARD_HOOKS] = []
+    app[keys.AFTER_REQUEST_HOOKS] = []
+    app.cleanup_ctx.extend([_postgres, _redis, _ray])
+
+    routes: list[Route] = []
+    for module in discover():
+        setup = getattr(module, "setup", None)
+        if setup is not None:
+            setup(app)
+        routes.extend(module.routes.routes)
+    for table in extra_routes:
+        routes.extend(table.routes)
+    for route in routes:
+        app.router.add_route(route.method, route.path, make_endpoint(route), name=route.name)
+    app[ROUTES] = routes
+    return app

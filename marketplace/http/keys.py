@@ -1,0 +1,41 @@
+"""Typed application keys: every shared resource of the aiohttp app, by type."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+import redis.asyncio as aioredis
+from aiohttp import web
+
+from marketplace.auth import ApiKeyResolver, SessionVerifier
+from marketplace.config import Settings
+
+if TYPE_CHECKING:
+    from marketplace.actors.project_shard import ProjectShards
+    from marketplace.actors.runtime import ActorRuntime
+    from marketplace.http.ratelimit import RateLimiter
+    from marketplace.http.routing import Call
+
+SETTINGS: web.AppKey[Settings] = web.AppKey("settings", Settings)
+DATABASE_URL: web.AppKey[str] = web.AppKey("database_url", str)
+REDIS_URL: web.AppKey[str] = web.AppKey("redis_url", str)
+PG_POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pg_pool", asyncpg.Pool)
+REDIS: web.AppKey[aioredis.Redis] = web.AppKey("redis", aioredis.Redis)
+ACTORS: web.AppKey[ActorRuntime] = web.AppKey("actors")
+PROJECT_SHARDS: web.AppKey[ProjectShards] = web.AppKey("project_shards")
+SESSION_VERIFIER: web.AppKey[SessionVerifier] = web.AppKey("session_verifier", SessionVerifier)
+API_KEY_RESOLVER: web.AppKey[ApiKeyResolver] = web.AppKey("api_key_resolver")
+RATE_LIMITER: web.AppKey[RateLimiter] = web.AppKey("rate_limiter")
+# Checks run, in order, after the verified-email check of every guarded mutation
+# (spec section 5 rules 7-8); the legal-assent module registers itself here.
+GuardHook = Callable[["Call[Any, Any, Any]"], Awaitable[None]]
+GUARD_HOOKS: web.AppKey[list[GuardHook]] = web.AppKey("guard_hooks", list)
+# Called once per authenticated request, after the principal is known (e.g. key usage audit).
+PrincipalHook = Callable[["Call[Any, Any, Any]", int], Awaitable[None] | None]
+AFTER_REQUEST_HOOKS: web.AppKey[list[PrincipalHook]] = web.AppKey("after_request_hooks", list)
+
+# Per-request storage.
+REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)
+PRINCIPAL: web.RequestKey[Any] = web.RequestKey("principal")

@@ -1,0 +1,327 @@
+"""Route declarations and the one adapter that runs every endpoint.
+
+A domain module declares its endpoints on a :class:`RouteTable`: path, method, auth mode,
+whether the mutation is guarded, request/query/path models, response model and the errors it can
+raise. The same declarations drive request handling (below) and the OpenAPI document
+(``openapi.py``), so the two cannot drift apart.
+
+Per request the adapter does, in this order: authenticate (spec section 5), rate-limit, run the
+guarded-mutation checks (verified e-mail, then the registered hooks such as legal assent, before
+validation as rule 8 requires), validate path/query/body with pydantic, call the handler, and
+serialise its response model.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar, get_args, get_origin
+
+import asyncpg
+import redis.asyncio as aioredis
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from marketplace.auth import (
+    Principal,
+    PrincipalKind,
+    bearer_token,
+    combine_principals,
+    is_scheduler_token,
+)
+from marketplace.config import Settings
+from marketplace.errors import (
+    EmailNotVerified,
+    Forbidden,
+    InvalidRequest,
+    MarketplaceError,
+    Unauthorized,
+)
+from marketplace.http import keys
+from marketplace.storage.repositories import users as users_repo
+
+log = logging.getLogger(__name__)
+
+B = TypeVar("B")
+Q = TypeVar("Q")
+P = TypeVar("P")
+
+
+class AuthMode(enum.StrEnum):
+    NONE = "none"  # public; credentials are not even looked at
+    OPTIONAL = "optional"  # viewer auth: anonymous allowed, a bad credential is still a 401
+    EITHER = "either"  # session or agent key
+    SESSION = "session"  # session token only
+    SCHEDULER = "scheduler"  # scheduler secret only
+    EITHER_OR_SCHEDULER = "either_or_scheduler"
+
+
+@dataclass
+class Call(Generic[B, Q, P]):
+    """Everything a handler gets: the validated inputs, the principal and the app's services."""
+
+    request: web.Request
+    route: Route
+    body: B
+    query: Q
+    path: P
+    principal: Principal | None
+    is_scheduler: bool = False
+
+    @property
+    def app(self) -> web.Application:
+        return self.request.app
+
+    @property
+    def settings(self) -> Settings:
+        return self.app[keys.SETTINGS]
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        return self.app[keys.PG_POOL]
+
+    @property
+    def redis(self) -> aioredis.Redis:
+        return self.app[keys.REDIS]
+
+    def require_principal(self) -> Principal:
+        if self.principal is None:
+            raise Unauthorized()
+        return self.principal
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A response model with a non-default status or extra headers."""
+
+    model: BaseModel
+    status: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Handler = Callable[[Call[Any, Any, Any]], Awaitable[BaseModel | Reply | web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    handler: Handler
+    name: str
+    summary: str
+    tag: str
+    auth: AuthMode
+    response: type[BaseModel] | None
+    body: type[BaseModel] | None = None
+    query: type[BaseModel] | None = None
+    path_params: type[BaseModel] | None = None
+    guarded: bool = False
+    status: int = 200
+    errors: tuple[type[MarketplaceError], ...] = ()
+    rate_limited: bool = True
+    exclude_none: bool = False
+    description: str = ""
+    response_content_type: str = "application/json"
+
+
+class RouteTable:
+    """The endpoints of one domain module."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+        self.routes: list[Route] = []
+
+    def route(
+        self,
+        method: str,
+        path: str,
+        *,
+        name: str,
+        summary: str,
+        auth: AuthMode,
+        response: type[BaseModel] | None,
+        **options: Any,
+    ) -> Callable[[Handler], Handler]:
+        def register(handler: Handler) -> Handler:
+            self.routes.append(
+                Route(
+                    method=method,
+                    path=path,
+                    handler=handler,
+                    name=name,
+                    summary=summary,
+                    tag=self.tag,
+                    auth=auth,
+                    response=response,
+                    description=options.pop("description", handler.__doc__ or ""),
+                    **options,
+                )
+            )
+            return handler
+
+        return register
+
+    def get(self, path: str, **kw: Any) -> Callable[[Handler], Handler]:
+        return self.route("GET", path, **kw)
+
+    def post(self, path: str, **kw: Any) -> Callable[[Handler], Handler]:
+        return self.route("POST", path, **kw)
+
+    def put(self, path: str, **kw: Any) -> Callable[[Handler], Handler]:
+        return self.route("PUT", path, **kw)
+
+    def patch(self, path: str, **kw: Any) -> Callable[[Handler], Handler]:
+        return self.route("PATCH", path, **kw)
+
+    def delete(self, path: str, **kw: Any) -> Callable[[Handler], Handler]:
+        return self.route("DELETE", path, **kw)
+
+
+# --- authentication -----------------------------------------------------------------------
+
+
+async def authenticate(request: web.Request, route: Route) -> tuple[Principal | None, bool]:
+    if route.auth is AuthMode.NONE:
+        return None, False
+    app = request.app
+    settings = app[keys.SETTINGS]
+    token = bearer_token(request.headers.get("Authorization"))
+    key_secret = request.headers.get("x-agent-api-key")
+    scheduler_secret = (
+        settings.scheduler_secret.get_secret_value() if settings.scheduler_secret else None
+    )
+    is_scheduler = False
+    session = None
+    if token is not None:
+        if is_scheduler_token(token, scheduler_secret):
+            is_scheduler = True
+        else:
+            session = await app[keys.SESSION_VERIFIER].verify(token)
+    key = None
+    if key_secret is not None:
+        key = await app[keys.API_KEY_RESOLVER].resolve(key_secret.strip())
+        if key is None:
+            raise Unauthorized("invalid or revoked agent API key")
+    principal = combine_principals(session, key)
+
+    mode = route.auth
+    if mode is AuthMode.SCHEDULER and not is_scheduler:
+        raise Unauthorized("this endpoint needs the scheduler token")
+    if mode is AuthMode.EITHER_OR_SCHEDULER and principal is None and not is_scheduler:
+        raise Unauthorized()
+    if mode in (AuthMode.EITHER, AuthMode.SESSION) and principal is None:
+        raise Unauthorized()
+    if mode is AuthMode.SESSION and principal is not None and not principal.has_session:
+        raise Forbidden("this action needs a signed-in session; agent API keys cannot do it")
+    if principal is not None and principal.kind is PrincipalKind.SESSION:
+        await users_repo.remember_session(
+            app[keys.PG_POOL], principal.user_id, principal.email_verified
+        )
+    return principal, is_scheduler
+
+
+# --- validation -----------------------------------------------------------------------------
+
+
+def _details(exc: ValidationError, location: str) -> list[dict[str, Any]]:
+    details = []
+    for error in exc.errors(include_url=False, include_input=False):
+        loc = ".".join(str(part) for part in error["loc"])
+        details.append(
+            {"location": location, "field": loc, "message": error["msg"], "type": error["type"]}
+        )
+    return details
+
+
+def _validate(model: type[BaseModel], data: Any, location: str) -> BaseModel:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        details = _details(exc, location)
+        fields = ", ".join(
+            f"{d['location']}.{d['field']}" if d["field"] else d["location"] for d in details
+        )
+        raise InvalidRequest(f"invalid {location}: {fields}", details) from None
+
+
+def _query_data(request: web.Request, model: type[BaseModel]) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        wanted = info.alias or name
+        values = request.query.getall(wanted, [])
+        if not values:
+            continue
+        annotation = info.annotation
+        is_list = get_origin(annotation) is list or any(
+            get_origin(arg) is list for arg in get_args(annotation)
+        )
+        if is_list:
+            data[wanted] = [part for value in values for part in value.split(",") if part]
+        else:
+            data[wanted] = values[-1]
+    return data
+
+
+async def _read_body(request: web.Request) -> Any:
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+
+
+# --- the adapter ------------------------------------------------------------------------------
+
+
+def make_endpoint(route: Route) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def endpoint(request: web.Request) -> web.StreamResponse:
+        principal, is_scheduler = await authenticate(request, route)
+        request[keys.PRINCIPAL] = principal
+        if route.rate_limited:
+            await request.app[keys.RATE_LIMITER].check(request, route, principal, is_scheduler)
+        call: Call[Any, Any, Any] = Call(request, route, None, None, None, principal, is_scheduler)
+        if route.guarded:
+            await run_guards(call)
+        if route.path_params is not None:
+            call.path = _validate(route.path_params, dict(request.match_info), "path")
+        if route.query is not None:
+            call.query = _validate(route.query, _query_data(request, route.query), "query")
+        if route.body is not None:
+            call.body = _validate(route.body, await _read_body(request), "body")
+        result = await route.handler(call)
+        return render(route, result)
+
+    endpoint.__name__ = route.name
+    return endpoint
+
+
+async def run_guards(call: Call[Any, Any, Any]) -> None:
+    """Guarded mutations (spec section 5 rules 7-8): verified e-mail first, then the hooks."""
+    principal = call.require_principal()
+    if call.settings.require_verified_email and not principal.email_verified:
+        raise EmailNotVerified()
+    for hook in call.app[keys.GUARD_HOOKS]:
+        await hook(call)
+
+
+def render(route: Route, result: BaseModel | Reply | web.StreamResponse) -> web.StreamResponse:
+    if isinstance(result, web.StreamResponse):
+        return result
+    status, headers = route.status, {}
+    if isinstance(result, Reply):
+        status = result.status or status
+        headers = result.headers
+        result = result.model
+    if route.response is not None and not isinstance(result, route.response):
+        raise TypeError(
+            f"{route.name} returned {type(result).__name__}, declared {route.response.__name__}"
+        )
+    body = result.model_dump_json(by_alias=True, exclude_none=route.exclude_none)
+    return web.Response(
+        body=body.encode(), status=status, headers=headers, content_type="application/json"
+    )

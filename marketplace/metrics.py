@@ -1,0 +1,38 @@
+"""Prometheus metrics of the frontend process (served at ``GET /metrics``).
+
+Metric objects are module-level because prometheus-client registers them globally; creating them
+per app would fail the second time a process builds an app (as tests do).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+HTTP_REQUESTS = Counter(
+    "marketplace_http_requests_total",
+    "HTTP requests by route template, method and status.",
+    ["method", "route", "status"],
+)
+HTTP_LATENCY = Histogram(
+    "marketplace_http_request_duration_seconds",
+    "HTTP request latency by route template and method.",
+    ["method", "route"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+HTTP_IN_FLIGHT = Gauge("marketplace_http_in_flight_requests", "HTTP requests being served.")
+ACTOR_CALL_LATENCY = Histogram(
+    "marketplace_actor_call_duration_seconds",
+    "Latency of Ray actor calls made by the frontend, by actor and method.",
+    ["actor", "method", "outcome"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5),
+)
+DB_POOL_SIZE = Gauge("marketplace_db_pool_size", "Connections open in the asyncpg pool.")
+DB_POOL_IDLE = Gauge("marketplace_db_pool_idle", "Idle connections in the asyncpg pool.")
+DB_POOL_MAX = Gauge("marketplace_db_pool_max_size", "Configured maximum size of the asyncpg pool.")
+RATE_LIMITED = Counter(
+    "marketplace_rate_limited_total", "Requests refused by the rate limiter.", ["route"]
+)
+RATE_LIMITER_ERRORS = Counter(
+    "marketplace_rate_limiter_errors_total",
+    "Rate-limit checks that failed open because Redis did not answer.",
+)

@@ -1,0 +1,62 @@
+"""Users: created by their first authenticated request."""
+
+from __future__ import annotations
+
+import uuid
+from collections import OrderedDict
+
+import asyncpg
+
+UPSERT_SESSION_USER = """
+INSERT INTO users (user_id, email_verified) VALUES ($1, $2)
+ON CONFLICT (user_id) DO UPDATE
+    SET email_verified = EXCLUDED.email_verified, updated_at = now()
+    WHERE users.email_verified IS DISTINCT FROM EXCLUDED.email_verified
+"""
+SELECT_USER_FLAGS = """
+SELECT user_id, email_verified, moderation_admin, verifier_admin FROM users WHERE user_id = $1
+"""
+SET_ADMIN_FLAGS = """
+INSERT INTO users (user_id, moderation_admin, verifier_admin)
+VALUES ($1, coalesce($2, false), coalesce($3, false))
+ON CONFLICT (user_id) DO UPDATE
+    SET moderation_admin = coalesce($2, users.moderation_admin),
+        verifier_admin = coalesce($3, users.verifier_admin),
+        updated_at = now()
+RETURNING user_id, email_verified, moderation_admin, verifier_admin
+"""
+
+# Skips the upsert when this process already stored the same e-mail flag for the user: the
+# statement is idempotent, so a stale entry here only costs one redundant write.
+_seen: OrderedDict[uuid.UUID, bool] = OrderedDict()
+_SEEN_MAX = 50_000
+
+
+async def remember_session(pool: asyncpg.Pool, user_id: uuid.UUID, email_verified: bool) -> None:
+    if _seen.get(user_id) is email_verified:
+        _seen.move_to_end(user_id)
+        return
+    await pool.execute(UPSERT_SESSION_USER, user_id, email_verified)
+    _seen[user_id] = email_verified
+    if len(_seen) > _SEEN_MAX:
+        _seen.popitem(last=False)
+
+
+def forget_cached_sessions() -> None:
+    _seen.clear()
+
+
+async def get_flags(
+    conn: asyncpg.Pool | asyncpg.Connection, user_id: uuid.UUID
+) -> asyncpg.Record | None:
+    return await conn.fetchrow(SELECT_USER_FLAGS, user_id)
+
+
+async def set_admin_flags(
+    conn: asyncpg.Pool | asyncpg.Connection,
+    user_id: uuid.UUID,
+    *,
+    moderation_admin: bool | None,
+    verifier_admin: bool | None,
+) -> asyncpg.Record:
+    return await conn.fetchrow(SET_ADMIN_FLAGS, user_id, moderation_admin, verifier_admin)

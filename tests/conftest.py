@@ -1,0 +1,188 @@
+"""Session fixtures: real PostgreSQL, Redis and Ray started by the suite itself.
+
+Servers start once per session in a temporary directory; each API test gets a fresh app and a
+database emptied with TRUNCATE (actor processes use their own connections, so transaction
+rollback could not isolate them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+import ray
+import redis as redis_sync
+from pydantic import SecretStr
+
+from marketplace.auth import issue_session_token
+from marketplace.config import Settings
+from marketplace.embedded.postgres import EmbeddedPostgres
+from marketplace.embedded.redis import EmbeddedRedis
+from marketplace.storage.migrations import migrate_dsn
+from marketplace.storage.repositories import users as users_repo
+
+JWT_SECRET = "test-session-secret-" + "x" * 24
+SCHEDULER_SECRET = "test-scheduler-secret-" + "y" * 24
+
+
+@dataclass
+class Servers:
+    data_dir: Path
+    postgres: EmbeddedPostgres
+    redis: EmbeddedRedis
+
+    @property
+    def database_url(self) -> str:
+        return self.postgres.dsn
+
+    @property
+    def redis_url(self) -> str:
+        return self.redis.url
+
+
+@pytest.fixture(scope="session")
+def servers() -> Iterator[Servers]:
+    data_dir = Path(tempfile.mkdtemp(prefix="mkt-test-", dir="/tmp"))
+    os.chmod(data_dir, 0o755)
+    postgres = EmbeddedPostgres(data_dir)
+    redis_server = EmbeddedRedis(data_dir)
+    postgres.start()
+    try:
+        redis_server.start()
+        asyncio.run(migrate_dsn(postgres.dsn))
+        yield Servers(data_dir, postgres, redis_server)
+    finally:
+        redis_server.stop()
+        postgres.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[None]:
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    temp_dir = tempfile.mkdtemp(prefix="mkt-ray-", dir="/tmp")
+    ray.init(
+        namespace="marketplace-test",
+        num_cpus=2,
+        include_dashboard=False,
+        _temp_dir=temp_dir,
+        logging_level="WARNING",
+    )
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def make_settings(servers: Servers, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "data_dir": servers.data_dir,
+        "database_url": servers.database_url,
+        "redis_url": servers.redis_url,
+        "ray_namespace": "marketplace-test",
+        "jwt_secret": SecretStr(JWT_SECRET),
+        "scheduler_secret": SecretStr(SCHEDULER_SECRET),
+        "project_shards": 2,
+        "rate_limit_default": "10000/60",
+        "log_json": False,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture
+def settings(servers: Servers) -> Settings:
+    return make_settings(servers)
+
+
+TRUNCATE_ALL = """
+SELECT string_agg(format('%I.%I', schemaname, tablename), ', ')
+FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'schema_migrations'
+"""
+
+
+async def reset_state(servers: Servers) -> None:
+    conn = await asyncpg.connect(servers.database_url)
+    try:
+        tables = await conn.fetchval(TRUNCATE_ALL)
+        if tables:
+            await conn.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
+    finally:
+        await conn.close()
+    client = redis_sync.Redis.from_url(servers.redis_url)
+    client.flushdb()
+    client.close()
+    users_repo.forget_cached_sessions()
+
+
+@pytest.fixture
+async def clean_state(servers: Servers) -> None:
+    await reset_state(servers)
+
+
+@pytest.fixture
+async def client(
+    aiohttp_client: Any, settings: Settings, ray_cluster: None, clean_state: None
+) -> Any:
+    from marketplace.http.app import create_app
+
+    return await aiohttp_client(create_app(settings))
+
+
+def make_token(
+    user_id: uuid.UUID | str | None = None,
+    *,
+    email_verified: bool = True,
+    ttl: int = 600,
+    secret: str = JWT_SECRET,
+    **extra_claims: Any,
+) -> str:
+    import jwt
+
+    now = int(time.time())
+    if not extra_claims:
+        return issue_session_token(
+            secret,
+            uuid.UUID(str(user_id or uuid.uuid4())),
+            email_verified=email_verified,
+            ttl_seconds=ttl,
+            now=now,
+        )
+    claims = {
+        "sub": str(user_id or uuid.uuid4()),
+        "email_verified": email_verified,
+        "iat": now,
+        "exp": now + ttl,
+        **extra_claims,
+    }
+    return jwt.encode(claims, secret, algorithm="HS256")
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@dataclass
+class User:
+    user_id: uuid.UUID
+    token: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return bearer(self.token)
+
+
+def new_user(*, email_verified: bool = True) -> User:
+    user_id = uuid.uuid4()
+    return User(user_id, make_token(user_id, email_verified=email_verified))
