@@ -32,9 +32,10 @@ RATE_LIMITER: web.AppKey[RateLimiter] = web.AppKey("rate_limiter")
 # (spec section 5 rules 7-8); the legal-assent module registers itself here.
 GuardHook = Callable[["Call[Any, Any, Any]"], Awaitable[None]]
 GUARD_HOOKS: web.AppKey[list[GuardHook]] = web.AppKey("guard_hooks", list)
-# Called once per authenticated request, after the principal is known (e.g. key usage audit).
-PrincipalHook = Callable[["Call[Any, Any, Any]", int], Awaitable[None] | None]
-AFTER_REQUEST_HOOKS: web.AppKey[list[PrincipalHook]] = web.AppKey("after_request_hooks", list)
+# Called after every response with the request and the final status (e.g. the API-key usage
+# audit). Hooks must not block: they run on the request path, so they only enqueue work.
+AfterRequestHook = Callable[[web.Request, int], None]
+AFTER_REQUEST_HOOKS: web.AppKey[list[AfterRequestHook]] = web.AppKey("after_request_hooks", list)
 
 # Per-request storage.
 REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)

@@ -69,7 +69,7 @@ def _from_http_exception(exc: web.HTTPException) -> MarketplaceError:
         )
         return error
     if isinstance(exc, web.HTTPRequestEntityTooLarge):
-        return PayloadTooLarge(f"request body too large (limit {exc.max_size} bytes)")
+        return PayloadTooLarge(f"request body too large ({exc.text})")
     if 400 <= exc.status < 500:
         return InvalidRequest(exc.reason)
     return ServiceUnavailable(exc.reason)
@@ -105,6 +105,11 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
                 "duration_ms": round(elapsed * 1000, 2),
             },
         )
+        for hook in request.app[keys.AFTER_REQUEST_HOOKS]:
+            try:
+                hook(request, status)
+            except Exception:
+                log.exception("after-request hook failed")
         request_id_var.reset(token)
 
 

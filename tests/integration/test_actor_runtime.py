@@ -1,0 +1,58 @@
+"""The Ray runtime: named shard actors found by every frontend, restarted after a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import ray
+
+from marketplace.actors.project_shard import shard_spec
+from marketplace.actors.runtime import stable_shard
+from marketplace.http import keys
+
+
+def test_stable_shard_is_deterministic_and_case_insensitive() -> None:
+    address = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
+    assert stable_shard(address, 8) == stable_shard(address.lower(), 8)
+    # Fixed vector: the mapping must never change between releases or processes.
+    assert [stable_shard(f"0x{i:040x}", 4) for i in range(8)] == [0, 1, 3, 0, 3, 2, 0, 0]
+    counts = [0] * 4
+    for i in range(2000):
+        counts[stable_shard(f"0x{i:040x}", 4)] += 1
+    assert min(counts) > 400
+
+
+async def test_two_frontends_share_the_same_named_shards(
+    client: Any, aiohttp_client: Any, settings: Any
+) -> None:
+    from marketplace.http.app import create_app
+
+    other = await aiohttp_client(create_app(settings))
+    first = await client.app[keys.PROJECT_SHARDS].ping_all()
+    second = await other.app[keys.PROJECT_SHARDS].ping_all()
+    assert [s["pid"] for s in first] == [s["pid"] for s in second]
+
+
+async def test_killed_shard_is_restarted_and_service_answers_again(client: Any) -> None:
+    shards = client.app[keys.PROJECT_SHARDS]
+    before = await shards.ping_all()
+    victim = ray.get_actor(shard_spec(0).name, namespace=client.app[keys.SETTINGS].ray_namespace)
+    ray.kill(victim, no_restart=False)
+
+    statuses = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        resp = await client.get("/v1/health/ready")
+        statuses.append(resp.status)
+        if resp.status == 200:
+            break
+        assert resp.status == 503
+        assert (await resp.json())["error"] == "service_unavailable"
+        assert int(resp.headers["Retry-After"]) >= 1
+        await asyncio.sleep(0.2)
+    assert statuses[-1] == 200, statuses
+    after = await shards.ping_all()
+    assert after[0]["pid"] != before[0]["pid"]
+    assert after[1]["pid"] == before[1]["pid"]
