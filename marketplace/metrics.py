@@ -36,3 +36,20 @@ RATE_LIMITER_ERRORS = Counter(
     "marketplace_rate_limiter_errors_total",
     "Rate-limit checks that failed open because Redis did not answer.",
 )
+
+# Mirrored from the chain indexer actor (which keeps them in Redis) at each scrape.
+INDEXER_GAUGES = {
+    name: Gauge(f"marketplace_indexer_{name}", help_text)
+    for name, help_text in {
+        "blocks_processed": "Blocks scanned by the chain indexer (total).",
+        "events_processed": "Marketplace events processed by the chain indexer (total).",
+        "batches": "Indexer batches committed (total).",
+        "batch_seconds_sum": "Seconds spent in committed indexer batches (total).",
+        "reorgs_handled": "Chain reorganisations rolled back (total).",
+        "rpc_errors": "Failed indexer batches, RPC errors included (total).",
+        "lag_blocks": "Blocks between the chain head and the indexed block.",
+        "lag_seconds": "Chain-time age of the newest indexed block when behind (0 when caught up).",
+        "head_block": "Chain head seen by the indexer.",
+        "last_synced_block": "Last block reflected in the read models.",
+    }.items()
+}

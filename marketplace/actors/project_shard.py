@@ -79,10 +79,19 @@ class ProjectShards:
         name, handle = self.handle_for(project_address)
         return await self.runtime.call(name, handle, method, *args)
 
+    def _handles(self) -> list[tuple[str, Any]]:
+        return [
+            (
+                shard_spec(i).name,
+                self.runtime.handle(shard_spec(i), self.runtime.actor_settings(), i),
+            )
+            for i in range(self.count)
+        ]
+
+    def warm(self) -> None:
+        """Create (or find) every shard now, so their processes start before the first write."""
+        self._handles()
+
     async def ping_all(self) -> list[dict[str, Any]]:
-        calls = []
-        for index in range(self.count):
-            spec = shard_spec(index)
-            handle = self.runtime.handle(spec, self.runtime.actor_settings(), index)
-            calls.append(self.runtime.call(spec.name, handle, "ping"))
+        calls = [self.runtime.call(name, handle, "ping") for name, handle in self._handles()]
         return list(await asyncio.gather(*calls))

@@ -10,6 +10,7 @@ actor through unchanged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -66,9 +67,14 @@ class ActorRuntime:
         log.info("connected to ray", extra={"ray_address": address or "local"})
 
     def shutdown(self) -> None:
-        self._handles.clear()
+        handles, self._handles = self._handles, {}
         if self._local_temp_dir is not None:
             if ray.is_initialized():
+                # Our private runtime goes away with us: stop its actors first so none of them
+                # is left talking to dependencies that are being shut down.
+                for handle in handles.values():
+                    with contextlib.suppress(Exception):
+                        ray.kill(handle, no_restart=True)
                 ray.shutdown()
             shutil.rmtree(self._local_temp_dir, ignore_errors=True)
             self._local_temp_dir = None

@@ -62,6 +62,39 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_json: bool = True
 
+    # --- identity (wallet links, API keys, legal assent); see docs/identity.md -----------------
+    # Lifetime of a wallet-link challenge.
+    wallet_challenge_ttl_seconds: int = Field(default=600, ge=10, le=86_400)
+    # `domain` shown in the sign-in message; empty: host of public_base_url, else the request Host.
+    wallet_link_domain: str = ""
+    # Required legal document versions, {documentType: version}; a type left out requires its
+    # newest version file. Every entry must name a shipped document file.
+    legal_required_versions: dict[str, str] = Field(default_factory=dict)
+    # Prefix of newly issued agent API keys (secret scanners match on it).
+    api_key_prefix: str = Field(default="mkt_live_", pattern=r"^[a-z][a-z0-9]*(_[a-z0-9]+)*_$")
+    api_key_max_active_per_user: int = Field(default=25, ge=1)
+    # The API-key usage log is buffered in process and written every interval or every N rows.
+    api_key_audit_flush_interval_ms: int = Field(default=1000, ge=10)
+    api_key_audit_flush_max_rows: int = Field(default=500, ge=1)
+
+    # --- chain and indexer; see docs/chain.md ---------------------------------------------------
+    # Empty under `marketplace up`: start an anvil devnet and deploy the reference contracts.
+    chain_rpc_url: str = ""
+    # WebSocket endpoint for `newHeads`; empty: derived from the http(s) RPC URL (ws(s)://same
+    # host); a node without subscriptions just means polling only.
+    chain_ws_url: str = ""
+    chain_id: int = Field(default=31337, ge=1)
+    registry_address: str = Field(default="", pattern=r"^(0x[0-9a-fA-F]{40})?$")
+    chain_start_block: int = Field(default=0, ge=0)
+    # Blocks a claimed creation transaction must be buried under before it counts as final.
+    chain_confirmations: int = Field(default=1, ge=0)
+    indexer_enabled: bool = True
+    indexer_poll_interval_ms: int = Field(default=10_000, ge=50)
+    indexer_rollback_blocks: int = Field(default=10, ge=1)
+    indexer_max_pages: int = Field(default=50, ge=1)
+    indexer_page_blocks: int = Field(default=2_000, ge=1)
+    indexer_lag_alert_seconds: int = Field(default=300, ge=1)
+
     @field_validator("rate_limit_default")
     @classmethod
     def _check_rate(cls, value: str) -> str:

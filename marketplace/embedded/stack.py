@@ -59,7 +59,13 @@ def dev_session_secret(settings: Settings) -> Settings:
     return settings.model_copy(update={"jwt_secret": SecretStr(secret)})
 
 
-STARTERS: list[Starter] = [start_postgres, start_redis]
+def start_chain(settings: Settings, started: list[Stoppable]) -> Settings:
+    from marketplace.chain.devnet import start_devnet
+
+    return start_devnet(settings, started)
+
+
+STARTERS: list[Starter] = [start_postgres, start_redis, start_chain]
 
 
 class EmbeddedStack:

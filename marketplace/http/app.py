@@ -54,6 +54,7 @@ async def _ray(app: web.Application) -> AsyncIterator[None]:
     runtime.connect()
     app[keys.ACTORS] = runtime
     app[keys.PROJECT_SHARDS] = ProjectShards(runtime)
+    app[keys.PROJECT_SHARDS].warm()
     yield
     runtime.shutdown()
 
@@ -73,6 +74,7 @@ def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> w
     app[keys.API_KEY_RESOLVER] = NoApiKeys()
     app[keys.GUARD_HOOKS] = []
     app[keys.AFTER_REQUEST_HOOKS] = []
+    app[keys.METRICS_REFRESHERS] = []
     app.cleanup_ctx.extend([_postgres, _redis, _ray])
 
     routes: list[Route] = []

@@ -37,6 +37,11 @@ GUARD_HOOKS: web.AppKey[list[GuardHook]] = web.AppKey("guard_hooks", list)
 AfterRequestHook = Callable[[web.Request, int], None]
 AFTER_REQUEST_HOOKS: web.AppKey[list[AfterRequestHook]] = web.AppKey("after_request_hooks", list)
 
+# Awaited before each /metrics scrape to mirror metrics that other processes (Ray actors) keep
+# in shared storage into this process's registry.
+MetricsRefresher = Callable[[web.Application], Awaitable[None]]
+METRICS_REFRESHERS: web.AppKey[list[MetricsRefresher]] = web.AppKey("metrics_refreshers", list)
+
 # Per-request storage.
 REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)
 PRINCIPAL: web.RequestKey[Any] = web.RequestKey("principal")

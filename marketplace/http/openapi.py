@@ -10,7 +10,9 @@ from pydantic.json_schema import models_json_schema
 
 from marketplace import API_VERSION
 from marketplace.errors import (
+    EmailNotVerified,
     InvalidRequest,
+    LegalAcceptanceRequired,
     MarketplaceError,
     PayloadTooLarge,
     RateLimited,
@@ -76,6 +78,8 @@ def _errors_of(route: Route) -> list[type[MarketplaceError]]:
         errors.append(PayloadTooLarge)
     if route.auth is not AuthMode.NONE:
         errors.append(Unauthorized)
+    if route.guarded:
+        errors.extend((EmailNotVerified, LegalAcceptanceRequired))
     if route.rate_limited:
         errors.append(RateLimited)
     errors.append(ServiceUnavailable)

@@ -206,6 +206,9 @@ async def authenticate(request: web.Request, route: Route) -> tuple[Principal | 
         if key is None:
             raise Unauthorized("invalid or revoked agent API key")
     principal = combine_principals(session, key)
+    # Set before the mode checks so after-request hooks (the API-key usage audit) also see
+    # requests refused here, e.g. an agent key on a session-only route.
+    request[keys.PRINCIPAL] = principal
 
     mode = route.auth
     if mode is AuthMode.SCHEDULER and not is_scheduler:

@@ -82,13 +82,14 @@ async def get_health(call: Call[None, None, None]) -> HealthStatus:
 )
 async def get_readiness(call: Call[None, None, None]) -> ReadinessStatus:
     """Round-trips Postgres, Redis and every project shard actor (a Ray call each)."""
+    limit = call.settings.actor_call_timeout_seconds
     try:
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(limit):
             await call.pool.fetchval("SELECT 1")
             await call.redis.ping()
             shards = await call.app[keys.PROJECT_SHARDS].ping_all()
     except TimeoutError as exc:
-        raise ServiceUnavailable("a dependency did not answer within 5 s") from exc
+        raise ServiceUnavailable(f"a dependency did not answer within {limit:g} s") from exc
     return ReadinessStatus(status="ready", postgres="ok", redis="ok", projectShards=len(shards))
 
 
@@ -161,6 +162,8 @@ async def get_docs(call: Call[None, None, None]) -> web.StreamResponse:
     response_content_type="text/plain",
 )
 async def get_metrics(call: Call[None, None, None]) -> web.StreamResponse:
+    for refresh in call.app[keys.METRICS_REFRESHERS]:
+        await refresh(call.app)
     pool = call.pool
     DB_POOL_SIZE.set(pool.get_size())
     DB_POOL_IDLE.set(pool.get_idle_size())

@@ -1,0 +1,103 @@
+"""``marketplace admin``: operators grant and revoke permission flags.
+
+    marketplace admin grant  --user-id <uuid> [--moderation] [--verifier]
+    marketplace admin revoke --user-id <uuid> [--moderation] [--verifier]
+    marketplace admin show   --user-id <uuid>
+
+The database is ``MARKETPLACE_DATABASE_URL``; when it is unset and ``marketplace up`` is running an
+embedded PostgreSQL in the data dir, that server is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from marketplace.config import Settings, load_settings
+from marketplace.identity.permissions import Flags, flags_of, set_flags
+from marketplace.storage.pool import connect
+
+
+def _embedded_dsn(data_dir: Path) -> str | None:
+    """The DSN of an embedded server started by ``marketplace up`` in ``data_dir``, if running."""
+    pid_file = data_dir / "postgres" / "postmaster.pid"
+    try:
+        lines = pid_file.read_text().splitlines()
+        port = int(lines[3])
+    except (OSError, IndexError, ValueError):
+        return None
+    from marketplace.embedded.postgres import EmbeddedPostgres
+
+    return EmbeddedPostgres(data_dir, port=port).dsn
+
+
+def _database_url(settings: Settings) -> str | None:
+    return settings.database_url or _embedded_dsn(settings.data_dir)
+
+
+def _as_json(user_id: uuid.UUID, flags: Flags) -> str:
+    return json.dumps(
+        {
+            "userId": str(user_id),
+            "moderationAdmin": flags.moderation_admin,
+            "verifierAdmin": flags.verifier_admin,
+        }
+    )
+
+
+async def _apply(dsn: str, args: argparse.Namespace) -> Flags:
+    conn = await connect(dsn)
+    try:
+        if args.admin_command == "show":
+            return await flags_of(conn, args.user_id)
+        value = args.admin_command == "grant"
+        return await set_flags(
+            conn,
+            args.user_id,
+            moderation_admin=value if args.moderation else None,
+            verifier_admin=value if args.verifier else None,
+        )
+    finally:
+        await conn.close()
+
+
+def cmd_admin(args: argparse.Namespace) -> int:
+    if args.admin_command != "show" and not (args.moderation or args.verifier):
+        print("name at least one flag: --moderation and/or --verifier", file=sys.stderr)
+        return 2
+    overrides: dict[str, Any] = {}
+    if getattr(args, "data_dir", None) is not None:
+        overrides["data_dir"] = args.data_dir
+    dsn = _database_url(load_settings(**overrides))
+    if not dsn:
+        print("set MARKETPLACE_DATABASE_URL (or start `marketplace up`)", file=sys.stderr)
+        return 2
+    flags = asyncio.run(_apply(dsn, args))
+    print(_as_json(args.user_id, flags))
+    return 0
+
+
+def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    admin = subparsers.add_parser("admin", help="grant, revoke or show permission flags")
+    actions = admin.add_subparsers(dest="admin_command", required=True)
+    for name, text in (
+        ("grant", "set the named flags"),
+        ("revoke", "clear the named flags"),
+        ("show", "print a user's flags"),
+    ):
+        action = actions.add_parser(name, help=text)
+        action.add_argument("--user-id", type=uuid.UUID, required=True)
+        action.add_argument("--data-dir", type=Path, help="data dir of `marketplace up`")
+        if name != "show":
+            action.add_argument(
+                "--moderation", action="store_true", help="moderationAdmin (report workflow)"
+            )
+            action.add_argument("--verifier", action="store_true", help="verifierAdmin")
+        else:
+            action.set_defaults(moderation=False, verifier=False)
+        action.set_defaults(func=cmd_admin)

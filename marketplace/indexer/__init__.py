@@ -1,0 +1,1 @@
+"""Chain indexing: from contract state to the project and milestone read models."""

@@ -1,0 +1,170 @@
+"""Turns a project's on-chain state (``getProjectState()``) into read-model rows.
+
+Pure functions: the indexer actor feeds them decoded structs; tests feed them literals.
+USDC amounts become whole-token display units (base units // 10**6, as the spec's `usdc`
+convention is an integer string); addresses and hashes are stored lower-case; zero values of
+optional fields (a zero address, a zero hash, a zero timestamp) mean "absent".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+PROJECT_STATUSES = ("draft", "bidding", "building", "dispute", "complete", "failed")
+MILESTONE_STATUSES = ("pending", "submitted", "approved", "rejected", "disputed", "attested")
+PROJECT_MODES = ("standard", "challenge")
+BIDDING_ACCESS = ("invite_only", "open")
+# On-chain DisputePhase: None, Challenged, VerifierVerdict, MultisigOverride, Finalized. The read
+# model only knows the two active phases; a resolved dispute has no phase.
+DISPUTE_PHASES = (None, "challenged", "verifier_verdict", None, None)
+DISPUTE_REASONS = ("deadline_missed", "low_quality", "owner_inaction")
+ZERO_ADDRESS = "0x" + "0" * 40
+ZERO_HASH = "0x" + "0" * 64
+USDC_UNIT = 10**6
+
+
+def usdc_display(base_units: int) -> int:
+    return base_units // USDC_UNIT
+
+
+def _address(value: str) -> str | None:
+    lowered = value.lower()
+    return None if lowered == ZERO_ADDRESS else lowered
+
+
+def _hash(value: str) -> str | None:
+    lowered = value.lower()
+    return None if lowered == ZERO_HASH else lowered
+
+
+def _time(unix: int) -> datetime | None:
+    return datetime.fromtimestamp(unix, UTC) if unix else None
+
+
+@dataclass(frozen=True)
+class ProjectCreation:
+    """Where and how the registry announced a project (its ProjectCreated log)."""
+
+    project_address: str
+    owner_address: str
+    config_hash: str
+    block_number: int
+    log_index: int
+
+
+@dataclass(frozen=True)
+class ProjectRow:
+    project_address: str
+    owner_address: str
+    status: str
+    project_mode: str
+    bidding_access: str
+    config_hash: str
+    selected_builder_address: str | None
+    milestone_count: int
+    bid_bond_usdc: int | None
+    challenge_payout_usdc: int | None
+    challenge_submission_count: int | None
+    challenge_submission_window_seconds: int | None
+    challenge_owner_response_window_seconds: int | None
+    challenge_submission_deadline: int | None
+    challenge_owner_response_deadline: int | None
+    challenge_selection_phase: bool
+    dispute_phase: str | None
+    dispute_reason: str | None
+    dispute_raised_by: str | None
+    dispute_milestone_index: int | None
+    dispute_opened_at: int | None
+    dispute_verdict_submitted_at: int | None
+    dispute_owner_evidence_hash: str | None
+    dispute_worker_evidence_hash: str | None
+    allowlist: list[str]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class MilestoneRow:
+    project_address: str
+    milestone_index: int
+    status: str
+    payout_usdc: int | None
+    deadline_at: datetime | None
+    submitted_at: datetime | None
+    approved_at: datetime | None
+    resolved_at: datetime | None
+    delivery_ref_hash: str | None
+    latest_evidence_hash: str | None
+    attested_on_chain: bool
+
+
+def project_rows(
+    project_address: str, state: dict[str, Any], allowlist: list[str]
+) -> tuple[ProjectRow, list[MilestoneRow]]:
+    address = project_address.lower()
+    challenge = state["mode"] == 1
+    phase = DISPUTE_PHASES[state["disputePhase"]]
+    in_dispute = phase is not None
+    selected = _address(state["selectedBuilder"]) or (
+        _address(state["challengeWinner"]) if challenge else None
+    )
+    project = ProjectRow(
+        project_address=address,
+        owner_address=state["owner"].lower(),
+        status=PROJECT_STATUSES[state["status"]],
+        project_mode=PROJECT_MODES[state["mode"]],
+        bidding_access=BIDDING_ACCESS[state["biddingAccess"]],
+        config_hash=state["configHash"].lower(),
+        selected_builder_address=selected,
+        milestone_count=state["milestoneCount"],
+        bid_bond_usdc=None if challenge else usdc_display(state["bidBond"]),
+        challenge_payout_usdc=usdc_display(state["challengePayout"]) if challenge else None,
+        challenge_submission_count=state["challengeSubmissionCount"] if challenge else None,
+        challenge_submission_window_seconds=(
+            state["challengeSubmissionWindowSeconds"] or None if challenge else None
+        ),
+        challenge_owner_response_window_seconds=(
+            state["challengeOwnerResponseWindowSeconds"] or None if challenge else None
+        ),
+        challenge_submission_deadline=(
+            state["challengeSubmissionDeadline"] or None if challenge else None
+        ),
+        challenge_owner_response_deadline=(
+            state["challengeOwnerResponseDeadline"] or None if challenge else None
+        ),
+        challenge_selection_phase=bool(state["challengeSelectionPhase"]),
+        dispute_phase=phase,
+        dispute_reason=DISPUTE_REASONS[state["disputeReason"]] if in_dispute else None,
+        dispute_raised_by=_address(state["disputeRaisedBy"]) if in_dispute else None,
+        dispute_milestone_index=state["disputeMilestoneIndex"] if in_dispute else None,
+        dispute_opened_at=state["disputeOpenedAt"] or None if in_dispute else None,
+        dispute_verdict_submitted_at=(
+            state["disputeVerdictSubmittedAt"] or None if in_dispute else None
+        ),
+        dispute_owner_evidence_hash=(
+            _hash(state["disputeOwnerEvidenceHash"]) if in_dispute else None
+        ),
+        dispute_worker_evidence_hash=(
+            _hash(state["disputeWorkerEvidenceHash"]) if in_dispute else None
+        ),
+        allowlist=sorted(a.lower() for a in allowlist),
+        created_at=datetime.fromtimestamp(state["createdAt"], UTC),
+    )
+    milestones = [
+        MilestoneRow(
+            project_address=address,
+            milestone_index=index,
+            status=MILESTONE_STATUSES[m["status"]],
+            payout_usdc=usdc_display(m["payout"]) if m["payout"] else None,
+            deadline_at=_time(m["deadline"]),
+            submitted_at=_time(m["submittedAt"]),
+            approved_at=_time(m["approvedAt"]),
+            resolved_at=_time(m["resolvedAt"]),
+            delivery_ref_hash=_hash(m["deliveryRefHash"]),
+            latest_evidence_hash=_hash(m["latestEvidenceHash"]),
+            attested_on_chain=bool(m["attested"]),
+        )
+        for index, m in enumerate(state["milestones"])
+    ]
+    return project, milestones

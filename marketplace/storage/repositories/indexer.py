@@ -1,0 +1,245 @@
+"""SQL of the chain indexer: cursor, recent blocks, and snapshot upserts of the read models."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from marketplace.indexer.snapshot import MilestoneRow, ProjectCreation, ProjectRow
+
+SELECT_CURSOR = """
+SELECT chain_id, registry_address, start_block, last_synced_block, head_block,
+       last_synced_block_time, last_successful_sync_at, updated_at
+FROM indexer_cursors WHERE chain_id = $1
+"""
+INIT_CURSOR = """
+INSERT INTO indexer_cursors (chain_id, registry_address, start_block, last_synced_block)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (chain_id) DO NOTHING
+"""
+ADVANCE_CURSOR = """
+UPDATE indexer_cursors
+SET last_synced_block = $2, head_block = $3, last_successful_sync_at = $4,
+    last_synced_block_time = coalesce($5, last_synced_block_time), updated_at = now()
+WHERE chain_id = $1
+"""
+RESET_CHAIN = """
+WITH cursors AS (DELETE FROM indexer_cursors WHERE chain_id = $1),
+     blocks AS (DELETE FROM indexer_blocks WHERE chain_id = $1)
+DELETE FROM projects WHERE chain_id = $1
+"""
+SET_HEAD = "UPDATE indexer_cursors SET head_block = $2, updated_at = now() WHERE chain_id = $1"
+RECORD_BLOCK = """
+INSERT INTO indexer_blocks (chain_id, block_number, block_hash, touched_projects)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (chain_id, block_number)
+DO UPDATE SET block_hash = EXCLUDED.block_hash, touched_projects = EXCLUDED.touched_projects
+"""
+RECENT_BLOCKS = """
+SELECT block_number, block_hash FROM indexer_blocks
+WHERE chain_id = $1 ORDER BY block_number DESC LIMIT $2
+"""
+BLOCKS_AFTER = """
+DELETE FROM indexer_blocks WHERE chain_id = $1 AND block_number > $2
+RETURNING touched_projects
+"""
+PRUNE_BLOCKS = """
+DELETE FROM indexer_blocks
+WHERE chain_id = $1 AND block_number < $2
+  AND block_number NOT IN (
+      SELECT block_number FROM indexer_blocks WHERE chain_id = $1
+      ORDER BY block_number DESC LIMIT $3)
+"""
+KNOWN_PROJECTS = "SELECT project_address FROM projects WHERE chain_id = $1"
+DELETE_PROJECTS_CREATED_AFTER = """
+DELETE FROM projects WHERE chain_id = $1 AND created_block > $2 RETURNING project_address
+"""
+EXISTING_CREATIONS = """
+SELECT project_address, owner_address, config_hash, created_block, created_log_index
+FROM projects WHERE project_address = any($1::text[])
+"""
+
+_PROJECT_COLUMNS = [f.name for f in dataclasses.fields(ProjectRow)]
+_PROJECT_TYPES = {
+    "milestone_count": "int",
+    "bid_bond_usdc": "numeric",
+    "challenge_payout_usdc": "numeric",
+    "challenge_submission_count": "int",
+    "challenge_submission_window_seconds": "bigint",
+    "challenge_owner_response_window_seconds": "bigint",
+    "challenge_submission_deadline": "bigint",
+    "challenge_owner_response_deadline": "bigint",
+    "challenge_selection_phase": "bool",
+    "dispute_milestone_index": "int",
+    "dispute_opened_at": "bigint",
+    "dispute_verdict_submitted_at": "bigint",
+    "created_at": "timestamptz",
+}
+# allowlist is text[] per row: each passed as JSON text, since unnest flattens nested arrays.
+_UNNESTED = [c for c in _PROJECT_COLUMNS if c != "allowlist"]
+_UPDATABLE = [c for c in _PROJECT_COLUMNS if c not in ("project_address", "created_at")]
+
+UPSERT_PROJECTS = f"""
+INSERT INTO projects ({", ".join(_UNNESTED)}, allowlist, chain_id, created_block, created_log_index,
+                      updated_at, snapshot_block)
+SELECT {", ".join("u." + c for c in _UNNESTED)},
+       ARRAY(SELECT jsonb_array_elements_text(u.allowlist::jsonb)),
+       $%(chain)d, u.created_block, u.created_log_index, $%(updated)d, $%(block)d
+FROM unnest({
+    ", ".join(f"${i + 1}::{_PROJECT_TYPES.get(c, 'text')}[]" for i, c in enumerate(_UNNESTED))
+},
+            ${len(_UNNESTED) + 1}::text[], ${len(_UNNESTED) + 2}::bigint[],
+            ${len(_UNNESTED) + 3}::int[])
+     AS u({", ".join(_UNNESTED)}, allowlist, created_block, created_log_index)
+ON CONFLICT (project_address) DO UPDATE SET
+    {", ".join(f"{c} = EXCLUDED.{c}" for c in _UPDATABLE)},
+    updated_at = EXCLUDED.updated_at, snapshot_block = EXCLUDED.snapshot_block
+WHERE projects.snapshot_block <= EXCLUDED.snapshot_block
+RETURNING project_address
+""" % {
+    "chain": len(_UNNESTED) + 4,
+    "updated": len(_UNNESTED) + 5,
+    "block": len(_UNNESTED) + 6,
+}
+
+UPSERT_MILESTONES = """
+INSERT INTO milestones (project_address, milestone_index, status, payout_usdc, deadline_at,
+                        submitted_at, approved_at, resolved_at, delivery_ref_hash,
+                        latest_evidence_hash, attested_on_chain)
+SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::numeric[], $5::timestamptz[],
+                     $6::timestamptz[], $7::timestamptz[], $8::timestamptz[], $9::text[],
+                     $10::text[], $11::bool[])
+ON CONFLICT (project_address, milestone_index) DO UPDATE SET
+    status = EXCLUDED.status, payout_usdc = EXCLUDED.payout_usdc,
+    deadline_at = EXCLUDED.deadline_at, submitted_at = EXCLUDED.submitted_at,
+    approved_at = EXCLUDED.approved_at, resolved_at = EXCLUDED.resolved_at,
+    delivery_ref_hash = EXCLUDED.delivery_ref_hash,
+    latest_evidence_hash = EXCLUDED.latest_evidence_hash,
+    attested_on_chain = EXCLUDED.attested_on_chain
+"""
+
+Conn = asyncpg.Connection | asyncpg.Pool
+
+
+async def get_cursor(conn: Conn, chain_id: int) -> asyncpg.Record | None:
+    return await conn.fetchrow(SELECT_CURSOR, chain_id)
+
+
+async def init_cursor(conn: Conn, chain_id: int, registry: str, start_block: int) -> None:
+    await conn.execute(INIT_CURSOR, chain_id, registry.lower(), start_block, start_block - 1)
+
+
+async def advance_cursor(
+    conn: Conn,
+    chain_id: int,
+    synced: int,
+    head: int,
+    synced_at: datetime,
+    synced_block_time: datetime | None = None,
+) -> None:
+    await conn.execute(ADVANCE_CURSOR, chain_id, synced, head, synced_at, synced_block_time)
+
+
+async def reset_chain(conn: Conn, chain_id: int) -> None:
+    """Forget everything indexed from ``chain_id`` (the registry there was replaced)."""
+    await conn.execute(RESET_CHAIN, chain_id)
+
+
+async def set_head(conn: Conn, chain_id: int, head: int) -> None:
+    await conn.execute(SET_HEAD, chain_id, head)
+
+
+async def record_block(
+    conn: Conn, chain_id: int, number: int, block_hash: str, touched: Sequence[str]
+) -> None:
+    await conn.execute(RECORD_BLOCK, chain_id, number, block_hash, sorted(touched))
+
+
+async def recent_blocks(conn: Conn, chain_id: int, limit: int) -> list[asyncpg.Record]:
+    return await conn.fetch(RECENT_BLOCKS, chain_id, limit)
+
+
+async def drop_blocks_after(conn: Conn, chain_id: int, block: int) -> set[str]:
+    rows = await conn.fetch(BLOCKS_AFTER, chain_id, block)
+    return {address for row in rows for address in row["touched_projects"]}
+
+
+async def prune_blocks(conn: Conn, chain_id: int, below: int, keep_latest: int) -> None:
+    await conn.execute(PRUNE_BLOCKS, chain_id, below, keep_latest)
+
+
+async def known_projects(conn: Conn, chain_id: int) -> set[str]:
+    return {row["project_address"] for row in await conn.fetch(KNOWN_PROJECTS, chain_id)}
+
+
+async def delete_projects_created_after(conn: Conn, chain_id: int, block: int) -> set[str]:
+    rows = await conn.fetch(DELETE_PROJECTS_CREATED_AFTER, chain_id, block)
+    return {row["project_address"] for row in rows}
+
+
+async def existing_creations(conn: Conn, addresses: Sequence[str]) -> dict[str, ProjectCreation]:
+    rows = await conn.fetch(EXISTING_CREATIONS, list(addresses))
+    return {
+        r["project_address"]: ProjectCreation(
+            r["project_address"],
+            r["owner_address"],
+            r["config_hash"],
+            r["created_block"],
+            r["created_log_index"],
+        )
+        for r in rows
+    }
+
+
+async def upsert_snapshots(
+    conn: asyncpg.Connection,
+    chain_id: int,
+    snapshots: Sequence[tuple[ProjectRow, list[MilestoneRow], ProjectCreation]],
+    *,
+    block: int,
+    block_time: datetime,
+) -> set[str]:
+    """Upsert projects and their milestones as of ``block``; return the projects written.
+
+    A project already snapshotted at a later block is left alone (a retried or overlapping
+    batch never moves the read model backwards).
+    """
+    if not snapshots:
+        return set()
+    columns: dict[str, list[Any]] = {c: [] for c in _UNNESTED}
+    allowlists: list[str] = []
+    created_blocks: list[int] = []
+    created_logs: list[int] = []
+    for project, _, creation in snapshots:
+        for column in _UNNESTED:
+            columns[column].append(getattr(project, column))
+        allowlists.append(json.dumps(project.allowlist))
+        created_blocks.append(creation.block_number)
+        created_logs.append(creation.log_index)
+    written_rows = await conn.fetch(
+        UPSERT_PROJECTS,
+        *columns.values(),
+        allowlists,
+        created_blocks,
+        created_logs,
+        chain_id,
+        block_time,
+        block,
+    )
+    written = {row["project_address"] for row in written_rows}
+    milestone_columns: list[list[Any]] = [[] for _ in range(11)]
+    for project, milestones, _ in snapshots:
+        if project.project_address not in written:
+            continue
+        for m in milestones:
+            values = dataclasses.astuple(m)
+            for column, value in zip(milestone_columns, values, strict=True):
+                column.append(value)
+    if milestone_columns[0]:
+        await conn.execute(UPSERT_MILESTONES, *milestone_columns)
+    return written

@@ -1,0 +1,553 @@
+"""Support code for the contract tests: a thin synchronous driver over web3 + anvil.
+
+Reverts are checked with ``eth_call`` at an exact block timestamp (anvil block overrides), so a
+"should revert at T" check neither mines a block nor moves time. Successful steps are mined as
+real transactions, optionally at an exact timestamp (``evm_setNextBlockTimestamp``), with a fixed
+gas limit so no gas estimation runs at a different time.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from eth_abi import encode
+from eth_account import Account
+from eth_utils import keccak, to_checksum_address
+from web3 import Web3
+from web3.contract import Contract
+from web3.logs import DISCARD
+from web3.types import TxReceipt
+
+from marketplace.chain.artifacts import artifact_names, load_artifact
+from marketplace.chain.deploy import (
+    ANVIL_PRIVATE_KEYS,
+    DEV_VERIFIER_PRIVATE_KEY,
+    Deployment,
+    contract_at,
+)
+
+USDC = 10**6
+HOUR = 3600
+DAY = 24 * HOUR
+GAS = 8_000_000
+ZERO_ADDRESS = "0x" + "00" * 20
+ZERO_HASH = b"\x00" * 32
+# Any address that never signs anything: the on-chain equivalent of an anonymous caller.
+ANONYMOUS = to_checksum_address("0x" + "5a" * 20)
+
+
+class ProjectStatus(enum.IntEnum):
+    DRAFT = 0
+    BIDDING = 1
+    BUILDING = 2
+    DISPUTE = 3
+    COMPLETE = 4
+    FAILED = 5
+
+
+class MilestoneStatus(enum.IntEnum):
+    PENDING = 0
+    SUBMITTED = 1
+    APPROVED = 2
+    REJECTED = 3
+    DISPUTED = 4
+    ATTESTED = 5
+
+
+class ProjectMode(enum.IntEnum):
+    STANDARD = 0
+    CHALLENGE = 1
+
+
+class BiddingAccess(enum.IntEnum):
+    INVITE_ONLY = 0
+    OPEN = 1
+
+
+class DisputePhase(enum.IntEnum):
+    NONE = 0
+    CHALLENGED = 1
+    VERIFIER_VERDICT = 2
+    MULTISIG_OVERRIDE = 3
+    FINALIZED = 4
+
+
+class DisputeReason(enum.IntEnum):
+    DEADLINE_MISSED = 0
+    LOW_QUALITY = 1
+    OWNER_INACTION = 2
+
+
+class DisputeOutcome(enum.IntEnum):
+    NONE = 0
+    APPROVE = 1
+    REJECT = 2
+
+
+VERIFIER_DOMAIN_NAME = "MarketplaceVerifier"
+VERIFIER_DOMAIN_VERSION = "1"
+ATTESTATION_TYPES = {
+    "Attestation": [
+        {"name": "project", "type": "address"},
+        {"name": "milestoneIndex", "type": "uint16"},
+        {"name": "passes", "type": "bool"},
+        {"name": "evidenceHash", "type": "bytes32"},
+        {"name": "deadline", "type": "uint256"},
+        {"name": "nonce", "type": "uint256"},
+        {"name": "chainId", "type": "uint256"},
+    ]
+}
+CHALLENGE_FALLBACK_TYPES = {
+    "ChallengeFallback": [
+        {"name": "project", "type": "address"},
+        {"name": "rankedSubmittersHash", "type": "bytes32"},
+        {"name": "rankingHash", "type": "bytes32"},
+        {"name": "deadline", "type": "uint256"},
+        {"name": "nonce", "type": "uint256"},
+        {"name": "chainId", "type": "uint256"},
+    ]
+}
+PERMIT_TYPES = {
+    "Permit": [
+        {"name": "owner", "type": "address"},
+        {"name": "spender", "type": "address"},
+        {"name": "value", "type": "uint256"},
+        {"name": "nonce", "type": "uint256"},
+        {"name": "deadline", "type": "uint256"},
+    ]
+}
+
+
+def h(label: str) -> bytes:
+    """A deterministic non-zero bytes32 for test data."""
+    return keccak(text=label)
+
+
+def direct_config_hash(
+    title: str, description: str, repo_url: str, project_mode: str, bidding_access: str
+) -> bytes:
+    """Spec "Hash rules", direct mode: H(abi.encode(title, description, repoUrl, mode, access))."""
+    return keccak(
+        encode(
+            ["string", "string", "string", "string", "string"],
+            [title, description, repo_url, project_mode, bidding_access],
+        )
+    )
+
+
+def ranked_submitters_hash(addresses: Sequence[str]) -> bytes:
+    """keccak256 of the 32-byte left-padded addresses, concatenated (EIP-712 address[])."""
+    return keccak(b"".join(bytes(12) + bytes.fromhex(a[2:]) for a in addresses))
+
+
+def verifier_domain(chain_id: int, registry: str) -> dict[str, Any]:
+    return {
+        "name": VERIFIER_DOMAIN_NAME,
+        "version": VERIFIER_DOMAIN_VERSION,
+        "chainId": chain_id,
+        "verifyingContract": registry,
+    }
+
+
+def sign_attestation(
+    key: str,
+    *,
+    chain_id: int,
+    registry: str,
+    project: str,
+    milestone_index: int,
+    passes: bool,
+    evidence_hash: bytes,
+    deadline: int,
+    nonce: int,
+    signed_chain_id: int | None = None,
+) -> bytes:
+    message = {
+        "project": project,
+        "milestoneIndex": milestone_index,
+        "passes": passes,
+        "evidenceHash": evidence_hash,
+        "deadline": deadline,
+        "nonce": nonce,
+        "chainId": chain_id if signed_chain_id is None else signed_chain_id,
+    }
+    signed = Account.sign_typed_data(
+        key, verifier_domain(chain_id, registry), ATTESTATION_TYPES, message
+    )
+    return bytes(signed.signature)
+
+
+def sign_fallback(
+    key: str,
+    *,
+    chain_id: int,
+    registry: str,
+    project: str,
+    ranked: Sequence[str],
+    ranking_hash: bytes,
+    deadline: int,
+    nonce: int,
+    signed_chain_id: int | None = None,
+) -> bytes:
+    message = {
+        "project": project,
+        "rankedSubmittersHash": ranked_submitters_hash(ranked),
+        "rankingHash": ranking_hash,
+        "deadline": deadline,
+        "nonce": nonce,
+        "chainId": chain_id if signed_chain_id is None else signed_chain_id,
+    }
+    signed = Account.sign_typed_data(
+        key, verifier_domain(chain_id, registry), CHALLENGE_FALLBACK_TYPES, message
+    )
+    return bytes(signed.signature)
+
+
+def _error_selectors() -> dict[bytes, tuple[str, list[str]]]:
+    selectors: dict[bytes, tuple[str, list[str]]] = {}
+    for name in artifact_names():
+        for item in load_artifact(name)["abi"]:
+            if item["type"] == "error":
+                types = [_abi_type(i) for i in item["inputs"]]
+                sig = f"{item['name']}({','.join(types)})"
+                selectors[keccak(text=sig)[:4]] = (item["name"], types)
+    return selectors
+
+
+def _abi_type(param: dict[str, Any]) -> str:
+    if param["type"].startswith("tuple"):
+        inner = ",".join(_abi_type(c) for c in param["components"])
+        return f"({inner}){param['type'][5:]}"
+    return param["type"]
+
+
+def _decode_struct(param: dict[str, Any], value: Any) -> Any:
+    kind = param["type"]
+    if kind == "tuple":
+        return {
+            c["name"]: _decode_struct(c, v) for c, v in zip(param["components"], value, strict=True)
+        }
+    if kind == "tuple[]":
+        element = dict(param, type="tuple")
+        return [_decode_struct(element, v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class Actors:
+    admin: str
+    multisig: str
+    treasury: str
+    owner: str
+    worker: str
+    bidder2: str
+    bidder3: str
+    submitter: str
+    stranger: str
+    verifier: str
+
+    @classmethod
+    def from_dev_keys(cls) -> Actors:
+        a = [Account.from_key(k).address for k in ANVIL_PRIVATE_KEYS]
+        return cls(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9])
+
+
+KEYS = {Account.from_key(k).address: k for k in ANVIL_PRIVATE_KEYS}
+
+
+class Chain:
+    """Test driver bound to one deployment."""
+
+    def __init__(self, w3: Web3, deployment: Deployment) -> None:
+        self.w3 = w3
+        self.dep = deployment
+        self.chain_id = deployment.chain_id
+        self.usdc = contract_at(w3, "TestUSDC", deployment.usdc)
+        self.escrow = contract_at(w3, "MarketplaceEscrow", deployment.escrow)
+        self.registry = contract_at(w3, "MarketplaceRegistry", deployment.registry)
+        self.a = Actors.from_dev_keys()
+        self._errors = _error_selectors()
+        self._project_abi = load_artifact("MarketplaceProject")["abi"]
+        self._state_abi = next(
+            i["outputs"][0]
+            for i in self._project_abi
+            if i["type"] == "function" and i["name"] == "getProjectState"
+        )
+        self._nonces = itertools.count(1)
+
+    # ---------------------------------------------------------------- plumbing
+
+    def rpc(self, method: str, *params: Any) -> Any:
+        response = self.w3.provider.make_request(method, list(params))
+        if "error" in response:
+            raise RuntimeError(f"{method}: {response['error']}")
+        return response["result"]
+
+    def now(self) -> int:
+        return int(self.w3.eth.get_block("latest")["timestamp"])
+
+    def mine_at(self, timestamp: int) -> None:
+        self.rpc("evm_mine", timestamp)
+
+    def nonce(self) -> int:
+        return next(self._nonces)
+
+    def send(self, sender: str, fn: Any, *, at: int | None = None) -> TxReceipt:
+        if at is not None:
+            self.rpc("evm_setNextBlockTimestamp", at)
+        tx_hash = fn.transact({"from": sender, "gas": GAS})
+        return self.w3.eth.wait_for_transaction_receipt(tx_hash)
+
+    def ok(self, sender: str, fn: Any, *, at: int | None = None) -> TxReceipt:
+        """Mine ``fn`` from ``sender`` (at timestamp ``at``) and require success."""
+        before = self.now()
+        receipt = self.send(sender, fn, at=at)
+        if receipt["status"] != 1:
+            error = self.simulate(sender, fn, at=at or before + 1)
+            raise AssertionError(f"{fn.fn_name} from {sender} reverted: {error}")
+        return receipt
+
+    def simulate(self, sender: str, fn: Any, *, at: int | None = None) -> tuple[str, tuple] | None:
+        """eth_call at timestamp ``at`` (default: latest + 1); the decoded custom error or None."""
+        tx = {
+            "from": sender,
+            "to": fn.address,
+            "data": fn._encode_transaction_data(),
+            "gas": hex(GAS),
+        }
+        time = at if at is not None else self.now() + 1
+        response = self.w3.provider.make_request(
+            "eth_call", [tx, "latest", {}, {"time": hex(time)}]
+        )
+        if "error" not in response:
+            return None
+        data = response["error"].get("data") or "0x"
+        raw = bytes.fromhex(data[2:])
+        if raw[:4] not in self._errors:
+            return (f"<unknown revert {data}>", ())
+        name, types = self._errors[raw[:4]]
+        values = self.w3.codec.decode(types, raw[4:])
+        return name, tuple(
+            to_checksum_address(v) if t == "address" else v
+            for t, v in zip(types, values, strict=True)
+        )
+
+    def reverts(
+        self,
+        sender: str,
+        fn: Any,
+        error: str,
+        *,
+        at: int | None = None,
+        args: tuple | None = None,
+    ) -> tuple:
+        """Assert that ``fn`` from ``sender`` reverts with custom error ``error``."""
+        result = self.simulate(sender, fn, at=at)
+        assert result is not None, f"{fn.fn_name} from {sender} did not revert (expected {error})"
+        name, decoded = result
+        assert name == error, f"{fn.fn_name} reverted with {name}{decoded}, expected {error}"
+        if args is not None:
+            assert decoded == args, f"{error} args {decoded} != {args}"
+        return decoded
+
+    def events(self, receipt: TxReceipt, contract: Contract, name: str) -> list[dict[str, Any]]:
+        """Decoded args of every ``name`` event emitted by ``contract`` in ``receipt``."""
+        logs = getattr(contract.events, name)().process_receipt(receipt, errors=DISCARD)
+        return [dict(log["args"]) for log in logs if log["address"] == contract.address]
+
+    def event_names(self, receipt: TxReceipt, contract: Contract) -> list[str]:
+        topic_to_name = {
+            keccak(text=f"{e['name']}({','.join(_abi_type(i) for i in e['inputs'])})"): e["name"]
+            for e in contract.abi
+            if e["type"] == "event"
+        }
+        return [
+            topic_to_name.get(bytes(log["topics"][0]), "?")
+            for log in receipt["logs"]
+            if log["address"] == contract.address
+        ]
+
+    # ------------------------------------------------------------------ tokens
+
+    def balance(self, account: str) -> int:
+        return int(self.usdc.functions.balanceOf(account).call())
+
+    def escrow_balance(self, project: Contract | str) -> int:
+        address = project if isinstance(project, str) else project.address
+        return int(self.escrow.functions.balanceOf(address).call())
+
+    def mint(self, account: str, amount: int) -> None:
+        self.ok(self.a.admin, self.usdc.functions.mint(account, amount))
+
+    def fund_and_approve(self, account: str, amount: int, spender: str | None = None) -> None:
+        """Mint ``amount`` to ``account`` and approve ``spender`` (default: the escrow)."""
+        self.mint(account, amount)
+        self.ok(account, self.usdc.functions.approve(spender or self.escrow.address, amount))
+
+    def permit(
+        self, owner: str, value: int, *, spender: str | None = None, deadline: int | None = None
+    ) -> tuple[int, int, bytes, bytes]:
+        """(deadline, v, r, s) of an EIP-2612 permit signed by ``owner``."""
+        deadline = deadline if deadline is not None else self.now() + DAY
+        message = {
+            "owner": owner,
+            "spender": spender or self.escrow.address,
+            "value": value,
+            "nonce": int(self.usdc.functions.nonces(owner).call()),
+            "deadline": deadline,
+        }
+        domain = {
+            "name": "Test USD Coin",
+            "version": "1",
+            "chainId": self.chain_id,
+            "verifyingContract": self.usdc.address,
+        }
+        signed = Account.sign_typed_data(KEYS[owner], domain, PERMIT_TYPES, message)
+        return deadline, signed.v, signed.r.to_bytes(32, "big"), signed.s.to_bytes(32, "big")
+
+    # ---------------------------------------------------------------- projects
+
+    def project(self, address: str) -> Contract:
+        return self.w3.eth.contract(address=to_checksum_address(address), abi=self._project_abi)
+
+    def state(self, project: Contract) -> dict[str, Any]:
+        return _decode_struct(self._state_abi, project.functions.getProjectState().call())
+
+    def created_project(self, receipt: TxReceipt) -> Contract:
+        (event,) = self.events(receipt, self.registry, "ProjectCreated")
+        return self.project(event["project"])
+
+    def create_standard(
+        self,
+        *,
+        owner: str | None = None,
+        invite_only: bool = False,
+        bid_bond: int = 50 * USDC,
+        milestones: int = 2,
+        config_hash: bytes | None = None,
+    ) -> Contract:
+        owner = owner or self.a.owner
+        config_hash = config_hash or h(f"config-{self.nonce()}")
+        receipt = self.ok(
+            owner,
+            self.registry.functions.createProject(config_hash, invite_only, bid_bond, milestones),
+        )
+        return self.created_project(receipt)
+
+    def open_standard(self, **kwargs: Any) -> Contract:
+        project = self.create_standard(**kwargs)
+        self.ok(self.owner_of(project), project.functions.openBidding())
+        return project
+
+    def owner_of(self, project: Contract) -> str:
+        return project.functions.owner().call()
+
+    def post_bid(
+        self,
+        project: Contract,
+        bidder: str,
+        payouts: Sequence[int],
+        durations: Sequence[int],
+        bid_hash: bytes | None = None,
+    ) -> TxReceipt:
+        bond = int(self.state(project)["bidBond"])
+        if bond:
+            self.fund_and_approve(bidder, bond)
+        return self.ok(
+            bidder,
+            project.functions.postBid(
+                list(payouts), list(durations), bid_hash or h(f"bid-{bidder}")
+            ),
+        )
+
+    def select(self, project: Contract, bidder: str) -> TxReceipt:
+        total = int(project.functions.getBid(bidder).call()[4])
+        owner = self.owner_of(project)
+        self.fund_and_approve(owner, total)
+        return self.ok(owner, project.functions.selectBid(bidder))
+
+    def building(
+        self,
+        *,
+        payouts: Sequence[int] = (300 * USDC, 700 * USDC),
+        durations: Sequence[int] = (3 * DAY, 5 * DAY),
+        bid_bond: int = 50 * USDC,
+        invite_only: bool = False,
+    ) -> Contract:
+        """A standard project in Building with ``a.worker`` selected."""
+        project = self.open_standard(
+            milestones=len(payouts), bid_bond=bid_bond, invite_only=invite_only
+        )
+        if invite_only:
+            self.ok(self.a.owner, project.functions.addToAllowlist([self.a.worker]))
+        self.post_bid(project, self.a.worker, payouts, durations)
+        self.select(project, self.a.worker)
+        return project
+
+    def submit(self, project: Contract, index: int, *, at: int | None = None) -> TxReceipt:
+        return self.ok(
+            self.a.worker, project.functions.submitMilestone(index, h(f"delivery-{index}")), at=at
+        )
+
+    def dispute(
+        self,
+        project: Contract,
+        index: int = 0,
+        reason: DisputeReason = DisputeReason.LOW_QUALITY,
+    ) -> TxReceipt:
+        """Raise a LowQuality dispute on submitted milestone ``index`` (submits it if pending)."""
+        m = self.state(project)["milestones"][index]
+        if m["status"] == MilestoneStatus.PENDING:
+            self.submit(project, index)
+        return self.ok(
+            self.a.owner, project.functions.raiseDispute(index, int(reason), h("reason"))
+        )
+
+    def attest(
+        self,
+        project: Contract,
+        index: int,
+        passes: bool,
+        *,
+        at: int | None = None,
+        key: str = DEV_VERIFIER_PRIVATE_KEY,
+    ) -> TxReceipt:
+        nonce = self.nonce()
+        deadline = (at or self.now()) + HOUR
+        signature = sign_attestation(
+            key,
+            chain_id=self.chain_id,
+            registry=self.registry.address,
+            project=project.address,
+            milestone_index=index,
+            passes=passes,
+            evidence_hash=h("verifier-evidence"),
+            deadline=deadline,
+            nonce=nonce,
+        )
+        fn = project.functions.attestMilestone(
+            index, passes, h("verifier-evidence"), deadline, nonce, self.chain_id, signature
+        )
+        return self.ok(self.a.stranger, fn, at=at)
+
+    def create_challenge(
+        self,
+        *,
+        owner: str | None = None,
+        payout: int = 1_000 * USDC,
+        submission_window: int = 3 * DAY,
+        response_window: int = 2 * DAY,
+    ) -> Contract:
+        owner = owner or self.a.owner
+        self.fund_and_approve(owner, payout)
+        receipt = self.ok(
+            owner,
+            self.registry.functions.createChallengeProjectAndOpen(
+                h(f"challenge-{self.nonce()}"), payout, submission_window, response_window
+            ),
+        )
+        return self.created_project(receipt)

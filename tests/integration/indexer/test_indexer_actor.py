@@ -1,0 +1,109 @@
+"""The indexer as a Ray actor: survives being killed mid-backfill, wakes on new heads."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import asyncpg
+import pytest
+import ray
+
+from marketplace.actors.indexer import INDEXER_SPEC
+from marketplace.actors.runtime import ActorRuntime
+from marketplace.chain.anvil import AnvilProcess
+from marketplace.chain.deploy import Deployment
+from tests.conftest import Servers, make_settings
+from tests.contracts.helpers import Chain
+from tests.integration.indexer.test_indexer import assert_matches_chain
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+
+@pytest.fixture
+def indexer_runtime(
+    servers: Servers, devnet: tuple[AnvilProcess, Deployment], request: pytest.FixtureRequest
+) -> Iterator[ActorRuntime]:
+    process, deployment = devnet
+    overrides: dict[str, Any] = {
+        "chain_rpc_url": process.rpc_url,
+        "chain_id": deployment.chain_id,
+        "registry_address": deployment.registry,
+        "chain_start_block": deployment.start_block,
+        **getattr(request, "param", {}),
+    }
+    settings = make_settings(servers, **overrides)
+    runtime = ActorRuntime(settings, database_url=servers.database_url)
+    runtime.connect()
+    yield runtime
+    actor = ray.get_actor(INDEXER_SPEC.name, namespace=settings.ray_namespace)
+    ray.kill(actor, no_restart=True)
+
+
+async def wait_for(predicate: Any, limit_s: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < limit_s:
+        if await predicate():
+            return time.monotonic() - started
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.mark.parametrize(
+    "indexer_runtime",
+    [{"indexer_page_blocks": 2, "indexer_max_pages": 1, "indexer_poll_interval_ms": 100}],
+    indirect=True,
+)
+async def test_killed_mid_backfill_ends_with_the_same_read_model(
+    indexer_runtime: ActorRuntime, chain: Chain, pool: asyncpg.Pool
+) -> None:
+    projects = [chain.create_standard(milestones=1 + i % 3) for i in range(24)]
+    for project in projects[::3]:
+        chain.ok(chain.a.owner, project.functions.openBidding())
+    head = int(chain.rpc("eth_blockNumber"), 16)
+
+    indexer = indexer_runtime.handle(INDEXER_SPEC, indexer_runtime.actor_settings())
+
+    async def partly_synced() -> bool:
+        synced = await pool.fetchval("SELECT last_synced_block FROM indexer_cursors")
+        return synced is not None and synced >= head - 20
+
+    await wait_for(partly_synced, 60)
+    started_before = (await indexer.status.remote())["started_at"]
+    ray.kill(indexer, no_restart=False)
+
+    async def caught_up() -> bool:
+        synced = await pool.fetchval("SELECT last_synced_block FROM indexer_cursors")
+        return synced == head
+
+    await wait_for(caught_up, 60)
+    status = await indexer.status.remote()
+    assert status["alive"] is True
+    assert status["started_at"] > started_before, "the actor was not restarted"
+    for project in projects:
+        await assert_matches_chain(pool, chain, project.address)
+    assert await pool.fetchval("SELECT count(*) FROM projects") == len(projects)
+
+
+@pytest.mark.parametrize("indexer_runtime", [{"indexer_poll_interval_ms": 60_000}], indirect=True)
+async def test_new_heads_subscription_beats_the_poll_interval(
+    indexer_runtime: ActorRuntime, chain: Chain, pool: asyncpg.Pool
+) -> None:
+    indexer = indexer_runtime.handle(INDEXER_SPEC, indexer_runtime.actor_settings())
+
+    async def subscribed() -> bool:
+        return bool((await indexer.status.remote())["subscribed"])
+
+    await wait_for(subscribed, 30)
+    project = chain.create_standard()
+
+    async def visible() -> bool:
+        count = await pool.fetchval(
+            "SELECT count(*) FROM projects WHERE project_address = $1", project.address.lower()
+        )
+        return count == 1
+
+    elapsed = await wait_for(visible, 10)
+    assert elapsed < 5, "a 60 s poll interval would not have seen it this fast"
