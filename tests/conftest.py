@@ -186,3 +186,19 @@ class User:
 def new_user(*, email_verified: bool = True) -> User:
     user_id = uuid.uuid4()
     return User(user_id, make_token(user_id, email_verified=email_verified))
+
+
+def kill_namespace_actors(namespace: str) -> None:
+    """Stop the detached actors of a test-only Ray namespace (they would outlive the test)."""
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry["namespace"] == namespace:
+            ray.kill(ray.get_actor(entry["name"], namespace=namespace), no_restart=True)
+
+
+@pytest.fixture(scope="module")
+def module_namespace(ray_cluster: None, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A Ray namespace of this test module's own, so its actors get this module's settings
+    (named actors keep the settings they were created with)."""
+    namespace = f"test-{request.module.__name__.rsplit('.', 1)[-1]}-{uuid.uuid4().hex[:8]}"
+    yield namespace
+    kill_namespace_actors(namespace)

@@ -5,6 +5,11 @@ number of shard actors (``MARKETPLACE_PROJECT_SHARDS``). Within a shard every mu
 project runs under that project's lock, so each project has exactly one writer at a time while
 different projects proceed concurrently.
 
+A mutation is a plain module-level ``async def operation(ctx, project_address, payload) -> dict``
+in its domain module; the frontend sends the function itself (Ray pickles it by reference, so the
+actor imports the domain module on first use) and the shard runs it under the project's lock.
+A new capability therefore adds operations without touching this file.
+
 Fault contract: Postgres is the source of truth. A mutation is acknowledged only after its
 transaction committed, so a shard killed by the OS and restarted by Ray loses only caches (which it
 reloads on first use) and the calls that were in flight, which fail with a 503 and are not
@@ -16,16 +21,36 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
 
 from marketplace.actors.options import ActorSpec
 from marketplace.actors.runtime import ActorRuntime, stable_shard
+from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
 from marketplace.storage.pool import create_pool
+
+
+@dataclass
+class ShardContext:
+    """What a shard operation may use: the shard's own pool, settings and chain client, and a
+    per-project cache that lives as long as the shard process (rebuildable from Postgres)."""
+
+    pool: asyncpg.Pool
+    settings: Settings
+    chain: JsonRpcClient | None
+    shard_index: int
+    cache: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def project_cache(self, project_address: str) -> dict[str, Any]:
+        return self.cache.setdefault(project_address.lower(), {})
+
+
+ShardOperation = Callable[[ShardContext, str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class ProjectShard:
@@ -36,6 +61,24 @@ class ProjectShard:
         self._pool: asyncpg.Pool | None = None
         self._pool_lock = asyncio.Lock()
         self._project_locks: dict[str, asyncio.Lock] = {}
+        self._context: ShardContext | None = None
+
+    async def context(self) -> ShardContext:
+        if self._context is None:
+            pool = await self.pool()
+            chain = (
+                JsonRpcClient(self.settings.chain_rpc_url) if self.settings.chain_rpc_url else None
+            )
+            self._context = ShardContext(pool, self.settings, chain, self.shard_index)
+        return self._context
+
+    async def mutate(
+        self, project_address: str, operation: ShardOperation, payload: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Run ``operation`` as the single writer of ``project_address``."""
+        ctx = await self.context()
+        async with self.project_writer(project_address):
+            return await operation(ctx, project_address.lower(), payload)
 
     async def pool(self) -> asyncpg.Pool:
         if self._pool is None:
@@ -78,6 +121,12 @@ class ProjectShards:
     async def call(self, project_address: str, method: str, *args: Any) -> Any:
         name, handle = self.handle_for(project_address)
         return await self.runtime.call(name, handle, method, *args)
+
+    async def mutate(
+        self, project_address: str, operation: ShardOperation, payload: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Run a domain operation on the shard that owns ``project_address``."""
+        return await self.call(project_address, "mutate", project_address, operation, payload)
 
     def _handles(self) -> list[tuple[str, Any]]:
         return [

@@ -7,6 +7,7 @@ in step.
 from __future__ import annotations
 
 import enum
+import re
 from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator
@@ -94,6 +95,22 @@ class Settings(BaseSettings):
     indexer_max_pages: int = Field(default=50, ge=1)
     indexer_page_blocks: int = Field(default=2_000, ge=1)
     indexer_lag_alert_seconds: int = Field(default=300, ge=1)
+
+    # --- project creation, claims and off-chain records; see docs/claims.md, docs/records.md ---
+    project_create_intent_ttl_seconds: int = Field(default=86_400, ge=60)
+    # Tolerated difference between block timestamps and this server's clock when a claim
+    # compares the creation block's time with the intent's issue and expiry times.
+    chain_clock_skew_seconds: int = Field(default=30, ge=0)
+    # Wallets (besides the owner and the selected worker) that may read dispute evidence.
+    dispute_admin_wallets: list[str] = Field(default_factory=list)
+
+    @field_validator("dispute_admin_wallets")
+    @classmethod
+    def _check_wallets(cls, value: list[str]) -> list[str]:
+        for wallet in value:
+            if not re.fullmatch(r"0x[0-9a-fA-F]{40}", wallet):
+                raise ValueError(f"not an address: {wallet!r}")
+        return [wallet.lower() for wallet in value]
 
     @field_validator("rate_limit_default")
     @classmethod

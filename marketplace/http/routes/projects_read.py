@@ -1,0 +1,143 @@
+"""Project read endpoints (spec section 4, "Projects (read)"): list, detail and milestones.
+
+Reads go straight to PostgreSQL (no Ray hop); each request is one SQL statement, which also
+decides visibility (invite-only projects only for their owner's and allowlisted agents' active
+wallet links; spec section 1.1 and section 5 rule 10). Viewer auth is optional: anonymous callers
+see open projects only.
+"""
+
+from __future__ import annotations
+
+import time
+
+from marketplace.errors import InvalidRequest, NotFound
+from marketplace.http.routing import AuthMode, Call, RouteTable
+from marketplace.projects.models import (
+    MilestoneListResponse,
+    ProjectListQuery,
+    ProjectListResponse,
+    ProjectPath,
+    ProjectReadModel,
+)
+from marketplace.projects.read_models import (
+    decode_cursor,
+    encode_cursor,
+    project_model,
+    viewer_can_edit_metadata,
+)
+from marketplace.storage.repositories import projects as projects_repo
+
+routes = RouteTable(tag="projects")
+
+NOT_VISIBLE = "project not found"
+
+
+def _cursor_position(cursor: str | None) -> tuple[int, int] | None:
+    if cursor is None:
+        return None
+    try:
+        return decode_cursor(cursor)
+    except ValueError:
+        raise InvalidRequest(
+            "invalid query: query.cursor",
+            [
+                {
+                    "location": "query",
+                    "field": "cursor",
+                    "message": "not a cursor issued by this service; pass `nextCursor` unchanged",
+                    "type": "value_error",
+                }
+            ],
+        ) from None
+
+
+@routes.get(
+    "/v1/projects",
+    name="listProjects",
+    summary="List projects, newest first",
+    auth=AuthMode.OPTIONAL,
+    query=ProjectListQuery,
+    response=ProjectListResponse,
+    exclude_none=True,
+    description=(
+        "Projects newest first by on-chain creation (block, log index), keyset-paginated: pass "
+        "`nextCursor` as `cursor` for the next page; projects indexed meanwhile appear before "
+        "the first page, never inside later ones. `count` is the number of matching projects "
+        "across all pages. `status` filters the stored status; `effectiveStatus` (an extension) "
+        "filters the status derived at request time. `limit` defaults to 20, at most 100. "
+        "Invite-only projects are listed (and counted) only for callers with an active wallet "
+        "link to the owner wallet or to an allowlisted wallet."
+    ),
+)
+async def list_projects(call: Call[None, ProjectListQuery, None]) -> ProjectListResponse:
+    query = call.query
+    after = _cursor_position(query.cursor)
+    now = int(time.time())
+    viewer = call.principal.user_id if call.principal is not None else None
+    filters = projects_repo.ListFilters(
+        owner_address=query.ownerAddress.lower() if query.ownerAddress else None,
+        status=query.status,
+        effective_status=query.effectiveStatus,
+        now=now,
+    )
+    page = await projects_repo.list_projects(
+        call.pool, viewer=viewer, filters=filters, after=after, limit=query.limit + 1
+    )
+    rows = page.rows[: query.limit]
+    next_cursor = None
+    if len(page.rows) > query.limit:
+        last = rows[-1]
+        next_cursor = encode_cursor(last["created_block"], last["created_log_index"])
+    return ProjectListResponse(
+        items=[project_model(row, now) for row in rows], count=page.total, nextCursor=next_cursor
+    )
+
+
+async def _visible_project(call: Call[None, None, ProjectPath]) -> ProjectReadModel:
+    viewer = call.principal.user_id if call.principal is not None else None
+    row = await projects_repo.get_project(
+        call.pool, viewer=viewer, project_address=call.path.projectAddress.lower()
+    )
+    if row is None:
+        raise NotFound(NOT_VISIBLE)
+    can_edit = viewer_can_edit_metadata(row) if viewer is not None else None
+    return project_model(row, int(time.time()), viewer_can_edit=can_edit)
+
+
+@routes.get(
+    "/v1/projects/{projectAddress}",
+    name="getProject",
+    summary="Read one project with its milestones",
+    auth=AuthMode.OPTIONAL,
+    path_params=ProjectPath,
+    response=ProjectReadModel,
+    errors=(NotFound,),
+    exclude_none=True,
+    description=(
+        "The project read model, including `challengeSubmissionCount` for challenge mode. "
+        "`viewerCanEditMetadata` is present only when viewer auth is given. An invite-only "
+        "project the caller may not see answers 404 like an unknown one."
+    ),
+)
+async def get_project(call: Call[None, None, ProjectPath]) -> ProjectReadModel:
+    return await _visible_project(call)
+
+
+@routes.get(
+    "/v1/projects/{projectAddress}/milestones",
+    name="listProjectMilestones",
+    summary="List a project's milestones",
+    auth=AuthMode.OPTIONAL,
+    path_params=ProjectPath,
+    response=MilestoneListResponse,
+    errors=(NotFound,),
+    exclude_none=True,
+    description="Milestones by index. Same visibility as the project read (404 when hidden).",
+)
+async def list_milestones(call: Call[None, None, ProjectPath]) -> MilestoneListResponse:
+    project = await _visible_project(call)
+    return MilestoneListResponse(
+        projectAddress=project.projectAddress,
+        items=project.milestones,
+        count=len(project.milestones),
+    )

@@ -1,0 +1,2 @@
+"""Projects: read models indexed from the chain (``read_models``) and their API shapes
+(``models``)."""

@@ -1,0 +1,98 @@
+"""Who may see and write the off-chain records of a project.
+
+Everything is decided from two facts read from Postgres: the indexed project (owner, selected
+worker, allowlist, mode, status, dispute) and the caller's active wallet links. Addresses are
+compared lower-case.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import asyncpg
+
+from marketplace.records.errors import ProjectNotFound, WalletNotLinked
+from marketplace.storage.repositories import project_parties
+from marketplace.storage.repositories import wallet_links as wallet_links_repo
+
+Conn = asyncpg.Pool | asyncpg.Connection
+
+
+@dataclass(frozen=True)
+class ProjectParties:
+    address: str
+    owner: str
+    status: str
+    mode: str
+    bidding_access: str
+    worker: str | None
+    allowlist: frozenset[str]
+    challenge_submission_count: int | None
+    dispute_phase: str | None
+    dispute_milestone_index: int | None
+    dispute_opened_at: int | None
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> ProjectParties:
+        return cls(
+            address=row["project_address"],
+            owner=row["owner_address"],
+            status=row["status"],
+            mode=row["project_mode"],
+            bidding_access=row["bidding_access"],
+            worker=row["selected_builder_address"],
+            allowlist=frozenset(row["allowlist"] or ()),
+            challenge_submission_count=row["challenge_submission_count"],
+            dispute_phase=row["dispute_phase"],
+            dispute_milestone_index=row["dispute_milestone_index"],
+            dispute_opened_at=row["dispute_opened_at"],
+        )
+
+    def visible_to(self, wallets: Iterable[str], *, extra: Iterable[str] = ()) -> bool:
+        """Open projects are visible to everyone; invite-only ones (spec section 1.1) to links of
+        the owner, the selected worker and allowlisted wallets (and ``extra`` wallets)."""
+        if self.bidding_access == "open":
+            return True
+        insiders = {self.owner, *self.allowlist, *extra}
+        if self.worker:
+            insiders.add(self.worker)
+        return not insiders.isdisjoint(wallets)
+
+    def role_of(self, wallet: str) -> str | None:
+        if wallet == self.owner:
+            return "owner"
+        if self.worker is not None and wallet == self.worker:
+            return "worker"
+        return None
+
+    @property
+    def active_dispute_milestone(self) -> int | None:
+        """The milestone of the active dispute (phase challenged or verifier_verdict), if any."""
+        if self.status != "dispute" or self.dispute_phase is None:
+            return None
+        return self.dispute_milestone_index
+
+
+async def caller_wallets(conn: Conn, user_id: uuid.UUID) -> frozenset[str]:
+    return frozenset(await wallet_links_repo.active_wallets(conn, user_id))
+
+
+async def visible_project(
+    conn: Conn, project_address: str, wallets: Iterable[str], *, extra: Iterable[str] = ()
+) -> ProjectParties:
+    """The indexed project, or 404 when it is not indexed or hidden from the caller (the two are
+    indistinguishable on purpose, as on the project read routes)."""
+    row = await project_parties.get(conn, project_address)
+    if row is None:
+        raise ProjectNotFound()
+    project = ProjectParties.from_row(row)
+    if not project.visible_to(wallets, extra=extra):
+        raise ProjectNotFound()
+    return project
+
+
+def require_linked(wallets: frozenset[str], wallet: str, field: str) -> None:
+    if wallet not in wallets:
+        raise WalletNotLinked(f"{field} is not an active wallet link of the caller")

@@ -1,0 +1,277 @@
+"""Request and response models of the off-chain records (spec section 2 "Bid draft", "Challenge
+submission", "Dispute evidence"; limits of section 8)."""
+
+from __future__ import annotations
+
+import enum
+import json
+import uuid
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Discriminator, Field, RootModel, Tag
+
+from marketplace.types import (
+    ZERO_BYTES32,
+    Address,
+    Bytes32,
+    QueryModel,
+    RequestModel,
+    ResponseModel,
+)
+
+ARTIFACT_URI_MAX = 1024
+NOTES_MAX = 4000
+EVIDENCE_PAYLOAD_MAX_BYTES = 64_000
+MILESTONE_INDEX_MAX = 65_535
+# https:// or ipfs:// (lower-case scheme, as the spec writes it), then no whitespace or control
+# characters. The pattern is written so JSON Schema (ECMA) and pydantic (Rust) read it alike.
+ARTIFACT_URI_PATTERN = r"^(https|ipfs)://[^\s\x00-\x1f\x7f]+$"
+
+
+def _omit_none(value: object) -> bool:
+    return value is None
+
+
+def _storable_text(value: str) -> str:
+    # PostgreSQL text is UTF-8 without U+0000: refuse what it cannot store (NUL, and lone
+    # surrogates that JSON escapes like "\ud800" can carry) as a validation error, not a 503.
+    if "\x00" in value:
+        raise ValueError("must not contain the NUL character (U+0000)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode (no lone surrogates)") from None
+    return value
+
+
+def _non_zero(value: str) -> str:
+    if value == ZERO_BYTES32:
+        raise ValueError("must not be the all-zero bytes32")
+    return value
+
+
+def evidence_payload_size(payload: dict[str, Any]) -> int:
+    """Bytes of the payload's compact UTF-8 JSON serialization (the size section 8 limits)."""
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return len(text.encode("utf-8"))
+
+
+def _payload_within_limit(payload: dict[str, Any]) -> dict[str, Any]:
+    try:
+        size = evidence_payload_size(payload)
+    except ValueError as exc:  # NaN / Infinity: not JSON
+        raise ValueError(f"must be plain JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError("is nested too deeply") from None
+    if size > EVIDENCE_PAYLOAD_MAX_BYTES:
+        raise ValueError(
+            f"serializes to {size} bytes of UTF-8 JSON; at most {EVIDENCE_PAYLOAD_MAX_BYTES}"
+        )
+    return payload
+
+
+ArtifactUri = Annotated[
+    str,
+    Field(
+        max_length=ARTIFACT_URI_MAX,
+        pattern=ARTIFACT_URI_PATTERN,
+        description="`https://` or `ipfs://` URI, at most 1024 characters",
+        examples=["ipfs://bafybeigdyrzt5sfp7udm7hu76uh7y26nf3efuylqabf3oclgtqy55fbzdi"],
+    ),
+    AfterValidator(_storable_text),
+]
+Notes = Annotated[
+    str,
+    Field(max_length=NOTES_MAX, description="at most 4000 characters"),
+    AfterValidator(_storable_text),
+]
+NonZeroBytes32 = Annotated[Bytes32, AfterValidator(_non_zero)]
+MilestoneIndex = Annotated[int, Field(ge=0, le=MILESTONE_INDEX_MAX)]
+EvidencePayload = Annotated[
+    dict[str, Any],
+    Field(
+        description=(
+            "a JSON object; its compact UTF-8 serialization (no spaces, non-ASCII as UTF-8) is "
+            "at most 64000 bytes"
+        )
+    ),
+    AfterValidator(_payload_within_limit),
+]
+
+
+class ProjectAddressPath(QueryModel):
+    projectAddress: Address
+
+
+# --- bid drafts ----------------------------------------------------------------------------
+
+
+class BidDraftUpsertRequest(RequestModel):
+    """Create or replace the caller's draft for one bidder wallet. The body is the whole draft:
+    an omitted `artifactUri` or `notes` clears a stored one."""
+
+    bidderWalletAddress: Address = Field(description="an active wallet link of the caller")
+    draftHash: Bytes32
+    artifactUri: ArtifactUri | None = None
+    notes: Notes | None = None
+
+
+class BidDraftRecord(ResponseModel):
+    """A bid draft (non-binding, off-chain)."""
+
+    id: uuid.UUID
+    projectAddress: Address
+    bidderWalletAddress: Address
+    draftHash: Bytes32
+    artifactUri: str | None = Field(default=None, exclude_if=_omit_none)
+    notes: str | None = Field(default=None, exclude_if=_omit_none)
+    createdAt: datetime
+    updatedAt: datetime
+
+
+class BidDraftListQuery(QueryModel):
+    bidderWalletAddress: Address | None = Field(
+        default=None, description="only the draft of this bidder wallet"
+    )
+
+
+class BidDraftListResponse(ResponseModel):
+    """The project's bid drafts (owner only)."""
+
+    projectAddress: Address
+    bidderWalletAddress: Address | None = Field(description="the filter applied, or null")
+    items: list[BidDraftRecord]
+    count: int = Field(ge=0)
+
+
+# --- challenge submissions -------------------------------------------------------------------
+
+
+class ChallengeSubmissionUpsertRequest(RequestModel):
+    """Register (or update) the artifact of an on-chain challenge submission. The body is the
+    whole record: an omitted `artifactUri` or `notes` clears a stored one."""
+
+    submitterAddress: Address = Field(description="an active wallet link of the caller")
+    submissionHash: NonZeroBytes32 = Field(
+        description="must equal challengeSubmissionOf(submitterAddress) on chain"
+    )
+    artifactUri: ArtifactUri | None = None
+    notes: Notes | None = None
+
+
+class ChallengeSubmissionRecord(ResponseModel):
+    """A challenge-submission artifact registration."""
+
+    id: uuid.UUID
+    projectAddress: Address
+    submitterAddress: Address
+    submissionHash: Bytes32
+    artifactUri: str | None = Field(default=None, exclude_if=_omit_none)
+    notes: str | None = Field(default=None, exclude_if=_omit_none)
+    createdAt: datetime
+    updatedAt: datetime
+
+
+class ChallengeSubmissionListQuery(QueryModel):
+    submitterAddress: Address | None = Field(
+        default=None, description="only the registration of this submitter wallet"
+    )
+
+
+class ChallengeSubmissionListResponse(ResponseModel):
+    """The registrations the caller may see (owner: all; submitter: their own)."""
+
+    projectAddress: Address
+    submitterAddress: Address | None = Field(description="the filter applied, or null")
+    onchainSubmissionCount: int = Field(
+        ge=0, description="challengeSubmissionCount of the indexed read model"
+    )
+    items: list[ChallengeSubmissionRecord]
+    count: int = Field(ge=0)
+
+
+# --- dispute evidence --------------------------------------------------------------------------
+
+
+class SubmitterRole(enum.StrEnum):
+    OWNER = "owner"
+    WORKER = "worker"
+
+
+class DisputeEvidenceSubmitRequest(RequestModel):
+    """Evidence, schema shape: names the disputed milestone and the party's wallet."""
+
+    milestoneIndex: MilestoneIndex = Field(description="the project's active disputed milestone")
+    submitterAddress: Address = Field(
+        description="an active wallet link of the caller: the owner or the selected worker wallet"
+    )
+    evidenceHash: NonZeroBytes32
+    evidencePayload: EvidencePayload | None = None
+
+
+class DisputeEvidencePayloadRequest(RequestModel):
+    """Evidence, alternative shape: the milestone is the active dispute's, the submitter is the
+    caller's linked wallet that is the owner or the selected worker."""
+
+    evidenceHash: NonZeroBytes32
+    payload: EvidencePayload | None = None
+
+
+_FULL_SHAPE_FIELDS = ("milestoneIndex", "submitterAddress", "evidencePayload")
+
+
+def _evidence_shape(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return "schema_shape" if any(k in value for k in _FULL_SHAPE_FIELDS) else "payload_shape"
+    if isinstance(value, DisputeEvidenceSubmitRequest):
+        return "schema_shape"
+    if isinstance(value, DisputeEvidencePayloadRequest):
+        return "payload_shape"
+    return None
+
+
+class DisputeEvidenceRequest(
+    RootModel[
+        Annotated[
+            Annotated[DisputeEvidenceSubmitRequest, Tag("schema_shape")]
+            | Annotated[DisputeEvidencePayloadRequest, Tag("payload_shape")],
+            Discriminator(
+                _evidence_shape,
+                custom_error_type="invalid_evidence_body",
+                custom_error_message="the body must be a JSON object",
+            ),
+        ]
+    ]
+):
+    """Either `{milestoneIndex, submitterAddress, evidenceHash, evidencePayload?}` or
+    `{evidenceHash, payload?}`. A body naming `milestoneIndex`, `submitterAddress` or
+    `evidencePayload` is read as the first shape, any other as the second."""
+
+
+class DisputeEvidenceRecord(ResponseModel):
+    """One party's evidence for a disputed milestone."""
+
+    id: uuid.UUID
+    projectAddress: Address
+    milestoneIndex: int = Field(ge=0, le=MILESTONE_INDEX_MAX)
+    submitterAddress: Address
+    submitterRole: SubmitterRole
+    evidenceHash: Bytes32
+    evidencePayload: dict[str, Any] | None = Field(default=None, exclude_if=_omit_none)
+    createdAt: datetime
+
+
+class DisputeEvidenceListQuery(QueryModel):
+    milestoneIndex: MilestoneIndex | None = Field(
+        default=None, description="only evidence for this milestone"
+    )
+
+
+class DisputeEvidenceListResponse(ResponseModel):
+    """Dispute evidence of a project (owner, selected worker and dispute admins only)."""
+
+    projectAddress: Address
+    milestoneIndex: int | None = Field(description="the filter applied, or null")
+    items: list[DisputeEvidenceRecord]
+    count: int = Field(ge=0)

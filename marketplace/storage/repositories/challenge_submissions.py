@@ -1,0 +1,76 @@
+"""Challenge-submission artifact registrations: one per (project, submitter wallet)."""
+
+from __future__ import annotations
+
+import uuid
+
+import asyncpg
+
+Conn = asyncpg.Pool | asyncpg.Connection
+
+COLUMNS = """submission_id, project_address, submitter_address, submission_hash, artifact_uri,
+    notes, created_at, updated_at"""
+
+SELECT_ONE = f"""
+SELECT {COLUMNS} FROM challenge_submissions
+WHERE project_address = $1 AND submitter_address = $2
+"""
+# Whole-record replace, as for bid drafts; an identical repeat writes nothing.
+UPSERT = f"""
+INSERT INTO challenge_submissions AS s
+    (project_address, submitter_address, submission_hash, artifact_uri, notes, created_by,
+     updated_by)
+VALUES ($1, $2, $3, $4, $5, $6, $6)
+ON CONFLICT (project_address, submitter_address) DO UPDATE
+    SET submission_hash = EXCLUDED.submission_hash,
+        artifact_uri = EXCLUDED.artifact_uri,
+        notes = EXCLUDED.notes,
+        updated_by = EXCLUDED.updated_by,
+        updated_at = now()
+    WHERE (s.submission_hash, s.artifact_uri, s.notes)
+        IS DISTINCT FROM (EXCLUDED.submission_hash, EXCLUDED.artifact_uri, EXCLUDED.notes)
+RETURNING {COLUMNS}
+"""
+# $2: only these submitters (NULL: all); $3: optional single-submitter filter.
+SELECT_FOR_PROJECT = f"""
+SELECT {COLUMNS} FROM challenge_submissions
+WHERE project_address = $1
+  AND ($2::text[] IS NULL OR submitter_address = any($2::text[]))
+  AND ($3::text IS NULL OR submitter_address = $3)
+ORDER BY created_at, submission_id
+"""
+
+
+async def get(conn: Conn, project_address: str, submitter_address: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(SELECT_ONE, project_address, submitter_address)
+
+
+async def upsert(
+    conn: asyncpg.Connection,
+    *,
+    project_address: str,
+    submitter_address: str,
+    submission_hash: str,
+    artifact_uri: str | None,
+    notes: str | None,
+    user_id: uuid.UUID,
+) -> asyncpg.Record:
+    row = await conn.fetchrow(
+        UPSERT, project_address, submitter_address, submission_hash, artifact_uri, notes, user_id
+    )
+    if row is None:  # identical to what is stored
+        row = await conn.fetchrow(SELECT_ONE, project_address, submitter_address)
+    assert row is not None
+    return row
+
+
+async def list_for_project(
+    conn: Conn,
+    project_address: str,
+    *,
+    visible_submitters: list[str] | None,
+    submitter_address: str | None,
+) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        SELECT_FOR_PROJECT, project_address, visible_submitters, submitter_address
+    )

@@ -1,0 +1,101 @@
+"""SQL of project create intents, claims and metadata edits."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+Conn = asyncpg.Connection | asyncpg.Pool
+
+INSERT_INTENT = """
+INSERT INTO project_create_intents (intent_id, user_id, intent_nonce, expires_at)
+VALUES ($1, $2, $3, $4)
+RETURNING intent_id, user_id, intent_nonce, status, created_at, expires_at
+"""
+SELECT_INTENT_FOR_UPDATE = """
+SELECT intent_id, user_id, intent_nonce, status, created_at, expires_at, used_at, project_address
+FROM project_create_intents WHERE intent_id = $1
+FOR UPDATE
+"""
+USE_INTENT = """
+UPDATE project_create_intents
+SET status = 'used', used_at = now(), project_address = $2
+WHERE intent_id = $1 AND status = 'pending'
+"""
+SELECT_METADATA = """
+SELECT project_address, owner_address, title, description, repo_url, image_url, project_mode,
+       bidding_access, claimed_by, claimed_at, updated_at, claim_mode, hash_version, intent_id,
+       tx_hash, config_hash
+FROM project_metadata WHERE project_address = $1
+"""
+INSERT_METADATA = """
+INSERT INTO project_metadata (project_address, owner_address, title, description, repo_url,
+                              project_mode, bidding_access, claimed_by, claim_mode, hash_version,
+                              intent_id, tx_hash, config_hash)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+"""
+UPDATE_METADATA = """
+UPDATE project_metadata SET title = $2, description = $3, updated_at = now()
+WHERE project_address = $1
+"""
+SELECT_INDEXED = """
+SELECT project_address, owner_address, status, project_mode, bidding_access, config_hash
+FROM projects WHERE project_address = $1
+"""
+OTHER_PROJECT_WITH_CONFIG = """
+SELECT project_address FROM projects WHERE config_hash = $1 AND project_address <> $2 LIMIT 1
+"""
+
+
+async def insert_intent(
+    conn: Conn, intent_id: uuid.UUID, user_id: uuid.UUID, nonce: str, expires_at: datetime
+) -> asyncpg.Record:
+    return await conn.fetchrow(INSERT_INTENT, intent_id, user_id, nonce, expires_at)
+
+
+async def intent_for_update(
+    conn: asyncpg.Connection, intent_id: uuid.UUID
+) -> asyncpg.Record | None:
+    return await conn.fetchrow(SELECT_INTENT_FOR_UPDATE, intent_id)
+
+
+async def use_intent(conn: asyncpg.Connection, intent_id: uuid.UUID, project: str) -> bool:
+    return await conn.execute(USE_INTENT, intent_id, project) == "UPDATE 1"
+
+
+async def metadata(conn: Conn, project: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(SELECT_METADATA, project)
+
+
+async def insert_metadata(conn: asyncpg.Connection, **values: Any) -> None:
+    await conn.execute(
+        INSERT_METADATA,
+        values["project_address"],
+        values["owner_address"],
+        values["title"],
+        values["description"],
+        values["repo_url"],
+        values["project_mode"],
+        values["bidding_access"],
+        values["claimed_by"],
+        values["claim_mode"],
+        values["hash_version"],
+        values["intent_id"],
+        values["tx_hash"],
+        values["config_hash"],
+    )
+
+
+async def update_metadata(conn: Conn, project: str, title: str, description: str | None) -> None:
+    await conn.execute(UPDATE_METADATA, project, title, description)
+
+
+async def indexed_project(conn: Conn, project: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(SELECT_INDEXED, project)
+
+
+async def other_project_with_config(conn: Conn, config_hash: str, project: str) -> str | None:
+    return await conn.fetchval(OTHER_PROJECT_WITH_CONFIG, config_hash, project)

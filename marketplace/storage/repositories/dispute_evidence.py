@@ -1,0 +1,61 @@
+"""Dispute evidence: at most one per (project, disputed milestone, party role)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import asyncpg
+
+Conn = asyncpg.Pool | asyncpg.Connection
+
+COLUMNS = """evidence_id, project_address, milestone_index, submitter_address, submitter_role,
+    evidence_hash, evidence_payload, created_at"""
+# The UNIQUE constraint dispute_evidence_one_per_party decides "one per party": a second insert
+# raises UniqueViolationError, whatever raced with it.
+INSERT = f"""
+INSERT INTO dispute_evidence
+    (project_address, milestone_index, submitter_address, submitter_role, evidence_hash,
+     evidence_payload, dispute_opened_at, submitted_by)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+RETURNING {COLUMNS}
+"""
+UNIQUE_CONSTRAINT = "dispute_evidence_one_per_party"
+SELECT_FOR_PROJECT = f"""
+SELECT {COLUMNS} FROM dispute_evidence
+WHERE project_address = $1 AND ($2::integer IS NULL OR milestone_index = $2)
+ORDER BY milestone_index, created_at, evidence_id
+"""
+
+
+async def insert(
+    conn: Conn,
+    *,
+    project_address: str,
+    milestone_index: int,
+    submitter_address: str,
+    submitter_role: str,
+    evidence_hash: str,
+    evidence_payload: dict[str, Any] | None,
+    dispute_opened_at: int | None,
+    user_id: uuid.UUID,
+) -> asyncpg.Record:
+    row = await conn.fetchrow(
+        INSERT,
+        project_address,
+        milestone_index,
+        submitter_address,
+        submitter_role,
+        evidence_hash,
+        evidence_payload,
+        dispute_opened_at,
+        user_id,
+    )
+    assert row is not None
+    return row
+
+
+async def list_for_project(
+    conn: Conn, project_address: str, milestone_index: int | None
+) -> list[asyncpg.Record]:
+    return await conn.fetch(SELECT_FOR_PROJECT, project_address, milestone_index)

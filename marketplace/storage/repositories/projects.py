@@ -1,0 +1,274 @@
+"""SQL of the project read API: listing, detail and milestone reads of the indexed read models.
+
+The tables are filled by the chain indexer (``repositories/indexer.py``); this module only reads.
+
+Visibility (spec section 1.1, section 5 rule 10) is decided inside each statement, so a page, its
+count and a detail read always agree: an open project is visible to everyone; an invite-only one
+only to a caller with an ACTIVE wallet link (``revoked_at IS NULL``) to its owner wallet or to a
+wallet on its on-chain ``allowlist``. The caller's active wallets are computed once per statement
+by the ``viewer`` CTE; anonymous callers get statements without it (only ``bidding_access =
+'open'``).
+
+Listing order is (created_block DESC, created_log_index DESC), the unique index
+``projects_listing_order`` (``projects_open_order``, migration 0005, for open projects); pages
+are keyset-paginated on that pair, so projects indexed while a client pages through appear before
+page 1 and never shift later pages. Owner and status filters use ``projects_owner_order`` and
+``projects_status_order``, which end in the same pair.
+
+One list request is ONE statement and one round trip: the count of all matching projects
+(independent of the cursor; open ones by an index-only scan of ``projects_open_order``, plus for
+a signed-in caller the invite-only ones reached through its wallets) next to the page, LEFT JOIN
+LATERAL, whose milestones are aggregated per project as arrays of records; an empty page still
+yields one row carrying the count. A detail read is one statement too. Statement texts differ per
+combination of filters (rather than ``$n IS NULL OR ...``) so that a cached generic plan can
+never pick the wrong index. ``bench/read_throughput.py --explain`` prints every plan.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from functools import cache
+
+import asyncpg
+
+Conn = asyncpg.Pool | asyncpg.Connection
+
+# Fallback window after the owner-response deadline of a challenge (spec section 8).
+CHALLENGE_FALLBACK_SECONDS = 5 * 24 * 3600
+
+PROJECT_COLUMNS = """
+    p.project_address, p.owner_address, p.status, p.project_mode, p.bidding_access,
+    p.config_hash, p.selected_builder_address, p.milestone_count, p.bid_bond_usdc,
+    p.challenge_payout_usdc, p.challenge_submission_count,
+    p.challenge_submission_window_seconds, p.challenge_owner_response_window_seconds,
+    p.challenge_submission_deadline, p.challenge_owner_response_deadline,
+    p.dispute_phase, p.dispute_reason, p.dispute_raised_by, p.dispute_milestone_index,
+    p.dispute_opened_at, p.dispute_verdict_submitted_at,
+    p.dispute_owner_evidence_hash, p.dispute_worker_evidence_hash,
+    p.created_block, p.created_log_index, p.created_at, p.updated_at,
+    md.title, md.description, md.image_url"""
+
+# A project's milestones, by index, as an array of anonymous records (decoded by asyncpg into
+# tuples in this column order; see MILESTONE_FIELDS).
+MILESTONES_AGGREGATE = """
+    ARRAY(
+        SELECT ROW(m.milestone_index, m.status, m.payout_usdc, m.deadline_at, m.approved_at,
+                   m.resolved_at, m.submitted_at, m.delivery_ref_hash, m.latest_evidence_hash,
+                   m.latest_verifier_job_id, m.latest_verifier_passes, m.attested_on_chain)
+        FROM milestones m WHERE m.project_address = p.project_address
+        ORDER BY m.milestone_index
+    ) AS milestones"""
+MILESTONE_FIELDS = (
+    "milestone_index",
+    "status",
+    "payout_usdc",
+    "deadline_at",
+    "approved_at",
+    "resolved_at",
+    "submitted_at",
+    "delivery_ref_hash",
+    "latest_evidence_hash",
+    "latest_verifier_job_id",
+    "latest_verifier_passes",
+    "attested_on_chain",
+)
+
+# Metadata shows only once its claimed owner is the indexed owner (spec section 4, claim rule 3:
+# queued metadata is merged on the first owner-matched indexing).
+METADATA_JOIN = """
+    LEFT JOIN project_metadata md
+        ON md.project_address = p.project_address AND md.owner_address = p.owner_address"""
+
+# The caller's active wallets (lower-case), one row even when there are none.
+VIEWER_CTE = """
+viewer AS (
+    SELECT coalesce(array_agg(w.wallet_address), '{}'::text[]) AS wallets
+    FROM wallet_links w WHERE w.user_id = $1::uuid AND w.revoked_at IS NULL
+)"""
+VISIBLE_TO_VIEWER = (
+    "(p.bidding_access = 'open' OR p.owner_address = any(v.wallets) OR p.allowlist && v.wallets)"
+)
+VISIBLE_TO_ANONYMOUS = "p.bidding_access = 'open'"
+OPEN = VISIBLE_TO_ANONYMOUS
+INVITED_VIEWER = (
+    "p.bidding_access = 'invite_only'"
+    " AND (p.owner_address = any(v.wallets) OR p.allowlist && v.wallets)"
+)
+
+# The effective status (docs/read-models.md) as SQL, for the `effectiveStatus` list filter; it
+# mirrors marketplace.projects.read_models.effective_status, and a test checks both agree on
+# every row of the derivation table. {now} is the parameter carrying the request's Unix time.
+EFFECTIVE_STATUS_SQL = f"""
+    CASE
+        WHEN p.project_mode <> 'challenge' OR p.status NOT IN ('bidding', 'building')
+            OR p.challenge_submission_deadline IS NULL THEN p.status
+        WHEN {{now}} <= p.challenge_submission_deadline THEN p.status
+        WHEN coalesce(p.challenge_submission_count, 0) = 0 THEN
+            CASE WHEN p.status = 'bidding' THEN 'failed' ELSE p.status END
+        WHEN p.challenge_owner_response_deadline IS NULL
+            OR {{now}} <= p.challenge_owner_response_deadline THEN 'building'
+        WHEN {{now}} <= p.challenge_owner_response_deadline + {CHALLENGE_FALLBACK_SECONDS}
+            THEN 'dispute'
+        ELSE 'failed'
+    END"""
+
+LISTING_ORDER = "p.created_block DESC, p.created_log_index DESC"
+
+
+@dataclass(frozen=True)
+class ListFilters:
+    """What a listing selects; ``None`` means "no filter". Addresses are lower-case."""
+
+    owner_address: str | None = None
+    status: str | None = None
+    effective_status: str | None = None
+    # Unix seconds the effective status is evaluated at (needed with ``effective_status``).
+    now: int | None = None
+
+
+class _Params:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def next(self, cast: str) -> str:
+        self.count += 1
+        return f"${self.count}::{cast}"
+
+
+@cache
+def list_statement(*, viewer: bool, owner: bool, status: bool, effective: bool, after: bool) -> str:
+    """The listing statement for one combination of filters.
+
+    Parameters, in order: viewer user id (if ``viewer``), owner address, status, now and
+    effective status (if ``effective``), cursor block and log index (if ``after``), page size.
+    """
+    params = _Params()
+    ctes = ""
+    viewer_from = ""
+    if viewer:
+        params.next("uuid")  # $1, used by VIEWER_CTE
+        ctes = f"WITH {VIEWER_CTE.strip()}\n"
+        viewer_from = " CROSS JOIN viewer v"
+    filters = []
+    if owner:
+        filters.append(f"p.owner_address = {params.next('text')}")
+    if status:
+        filters.append(f"p.status = {params.next('text')}")
+    if effective:
+        now = params.next("bigint")
+        filters.append(f"{EFFECTIVE_STATUS_SQL.format(now=now).strip()} = {params.next('text')}")
+    visible = VISIBLE_TO_VIEWER if viewer else VISIBLE_TO_ANONYMOUS
+    page_where = "\n      AND ".join([visible, *filters])
+    if after:
+        block, log_index = params.next("bigint"), params.next("integer")
+        page_where += f"\n      AND (p.created_block, p.created_log_index) < ({block}, {log_index})"
+    limit = params.next("integer")
+    # The count in two parts: open projects (projects_open_order, index-only), plus for a
+    # signed-in viewer the invite-only ones it may see (found through its wallets: the owner
+    # index and the allowlist GIN index), so that no count scans the whole table.
+    open_where = "\n      AND ".join([OPEN, *filters])
+    total = f"(SELECT count(*) FROM projects p\n     WHERE {open_where})"
+    if viewer:
+        invited_where = "\n      AND ".join([INVITED_VIEWER, *filters])
+        total += f"\n + (SELECT count(*) FROM projects p{viewer_from}\n     WHERE {invited_where})"
+    return f"""{ctes}SELECT {total} AS total, page.*
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (
+    SELECT {PROJECT_COLUMNS.strip()},
+    {MILESTONES_AGGREGATE.strip()}
+    FROM projects p{viewer_from}{METADATA_JOIN}
+    WHERE {page_where}
+    ORDER BY {LISTING_ORDER}
+    LIMIT {limit}
+) AS page ON true
+ORDER BY page.created_block DESC, page.created_log_index DESC
+"""
+
+
+# Detail read ($2 = lower-case project address); NULL viewer_is_owner for anonymous callers.
+SELECT_PROJECT_FOR_VIEWER = f"""
+WITH {VIEWER_CTE.strip()}
+SELECT {PROJECT_COLUMNS.strip()},
+    {MILESTONES_AGGREGATE.strip()},
+    p.owner_address = any(v.wallets) AS viewer_is_owner
+FROM projects p CROSS JOIN viewer v{METADATA_JOIN}
+WHERE p.project_address = $2::text AND {VISIBLE_TO_VIEWER}
+"""
+SELECT_PROJECT_FOR_ANONYMOUS = f"""
+SELECT {PROJECT_COLUMNS.strip()},
+    {MILESTONES_AGGREGATE.strip()},
+    NULL::boolean AS viewer_is_owner
+FROM projects p{METADATA_JOIN}
+WHERE p.project_address = $1::text AND {VISIBLE_TO_ANONYMOUS}
+"""
+
+
+@dataclass(frozen=True)
+class ProjectPage:
+    total: int
+    rows: list[asyncpg.Record]  # at most the requested limit, newest first
+
+
+def list_arguments(
+    *,
+    viewer: uuid.UUID | None,
+    filters: ListFilters,
+    after: tuple[int, int] | None,
+    limit: int,
+) -> tuple[str, list[object]]:
+    """The statement and its arguments for one listing (also used by the read benchmark)."""
+    effective = filters.effective_status is not None
+    if effective and filters.now is None:
+        raise ValueError("an effective_status filter needs `now`")
+    args: list[object] = []
+    if viewer is not None:
+        args.append(viewer)
+    if filters.owner_address is not None:
+        args.append(filters.owner_address)
+    if filters.status is not None:
+        args.append(filters.status)
+    if effective:
+        args.extend((filters.now, filters.effective_status))
+    if after is not None:
+        args.extend(after)
+    args.append(limit)
+    sql = list_statement(
+        viewer=viewer is not None,
+        owner=filters.owner_address is not None,
+        status=filters.status is not None,
+        effective=effective,
+        after=after is not None,
+    )
+    return sql, args
+
+
+async def list_projects(
+    conn: Conn,
+    *,
+    viewer: uuid.UUID | None,
+    filters: ListFilters,
+    after: tuple[int, int] | None,
+    limit: int,
+) -> ProjectPage:
+    """One page of visible projects, newest first, strictly after ``after`` (block, log index),
+    plus the number of visible projects matching ``filters`` across all pages."""
+    sql, args = list_arguments(viewer=viewer, filters=filters, after=after, limit=limit)
+    rows = await conn.fetch(sql, *args)
+    total = rows[0]["total"] if rows else 0
+    return ProjectPage(total, [row for row in rows if row["project_address"] is not None])
+
+
+def detail_arguments(viewer: uuid.UUID | None, project_address: str) -> tuple[str, list[object]]:
+    if viewer is None:
+        return SELECT_PROJECT_FOR_ANONYMOUS, [project_address]
+    return SELECT_PROJECT_FOR_VIEWER, [viewer, project_address]
+
+
+async def get_project(
+    conn: Conn, *, viewer: uuid.UUID | None, project_address: str
+) -> asyncpg.Record | None:
+    """The project with its milestones, or None when it does not exist or the viewer may not
+    see it (the two are deliberately indistinguishable)."""
+    sql, args = detail_arguments(viewer, project_address)
+    return await conn.fetchrow(sql, *args)
