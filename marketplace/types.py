@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Annotated
 
 from eth_utils import to_checksum_address
@@ -15,7 +16,9 @@ HEX_SIGNATURE_PATTERN = r"^0x[0-9a-fA-F]+$"
 ZERO_BYTES32 = "0x" + "0" * 64
 
 
+@lru_cache(maxsize=65_536)
 def checksum_address(value: str) -> str:
+    # EIP-55 costs a keccak per call; the same few thousand addresses recur on every read.
     return to_checksum_address(value)
 
 

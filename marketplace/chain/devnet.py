@@ -4,11 +4,14 @@ The chain's state is kept in ``<data-dir>/devnet/state.json`` (anvil's ``--state
 every few seconds), so a restarted ``up`` finds the same chain, deployment and indexed read
 models. If the recorded deployment is gone from the chain (state lost), the contracts are
 deployed again and the manifest rewritten; the indexer then starts over for the new registry.
+While anvil runs, its JSON-RPC URL is in ``<data-dir>/devnet/rpc_url``, which the ``marketplace
+devnet ...`` commands (``marketplace/chain/cli.py``) read.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from web3 import Web3
@@ -28,12 +31,29 @@ log = logging.getLogger(__name__)
 STATE_DUMP_INTERVAL_SECONDS = 5
 # Test USDC minted to each of anvil's ten dev accounts on a fresh deployment.
 DEV_ACCOUNT_USDC = 1_000_000
+MANIFEST_FILE = "deployment.json"
+# The running devnet's JSON-RPC URL, next to the manifest (read by `marketplace devnet ...`).
+RPC_URL_FILE = "rpc_url"
 
 
 class PersistentAnvil(AnvilProcess):
     def __init__(self, data_dir: Path, **kwargs: object) -> None:
         super().__init__(data_dir, **kwargs)  # type: ignore[arg-type]
         self.state_file = self.data_dir / "state.json"
+        self.rpc_url_file = self.data_dir / RPC_URL_FILE
+
+    def start(self) -> str:
+        """Start anvil and record its URL in ``<devnet dir>/rpc_url`` (how ``marketplace devnet``
+        commands find the running devnet); :meth:`stop` removes the file."""
+        url = super().start()
+        tmp = self.rpc_url_file.with_name(f".{RPC_URL_FILE}.tmp")
+        tmp.write_text(url + "\n", encoding="utf-8")
+        os.replace(tmp, self.rpc_url_file)
+        return url
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.rpc_url_file.unlink(missing_ok=True)
+        super().stop(timeout)
 
     def command(self) -> list[str]:
         return [
@@ -48,7 +68,11 @@ def devnet_dir(settings: Settings) -> Path:
 
 
 def manifest_path(settings: Settings) -> Path:
-    return devnet_dir(settings) / "deployment.json"
+    return devnet_dir(settings) / MANIFEST_FILE
+
+
+def rpc_url_path(settings: Settings) -> Path:
+    return devnet_dir(settings) / RPC_URL_FILE
 
 
 def ensure_deployment(w3: Web3, path: Path) -> Deployment:

@@ -7,6 +7,8 @@ their routes (and hooks) themselves.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 
@@ -18,15 +20,35 @@ from marketplace.actors.runtime import ActorRuntime
 from marketplace.auth import NoApiKeys, SessionVerifier
 from marketplace.config import Settings
 from marketplace.http import keys
-from marketplace.http.middlewares import errors, request_context
+from marketplace.http.middlewares import request_context
 from marketplace.http.ratelimit import RateLimiter
 from marketplace.http.routes import discover
 from marketplace.http.routing import Route, RouteTable, make_endpoint
+from marketplace.logs import AccessLog
 from marketplace.storage.pool import create_pool
 
 log = logging.getLogger(__name__)
 
 ROUTES: web.AppKey[list[Route]] = web.AppKey("routes", list)
+
+
+ACCESS_LOG_FLUSH_SECONDS = 0.2
+
+
+async def _access_log(app: web.Application) -> AsyncIterator[None]:
+    access_log = app[keys.ACCESS_LOG]
+
+    async def flush_forever() -> None:
+        while True:
+            await asyncio.sleep(ACCESS_LOG_FLUSH_SECONDS)
+            access_log.flush()
+
+    task = asyncio.create_task(flush_forever())
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    access_log.flush()
 
 
 async def _postgres(app: web.Application) -> AsyncIterator[None]:
@@ -66,16 +88,19 @@ def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> w
     """
     if not settings.database_url or not settings.redis_url:
         raise ValueError("create_app needs database_url and redis_url")
-    app = web.Application(
-        middlewares=[request_context, errors], client_max_size=settings.max_body_bytes
-    )
+    app = web.Application(middlewares=[request_context], client_max_size=settings.max_body_bytes)
     app[keys.SETTINGS] = settings
     app[keys.SESSION_VERIFIER] = SessionVerifier(settings)
     app[keys.API_KEY_RESOLVER] = NoApiKeys()
     app[keys.GUARD_HOOKS] = []
     app[keys.AFTER_REQUEST_HOOKS] = []
     app[keys.METRICS_REFRESHERS] = []
-    app.cleanup_ctx.extend([_postgres, _redis, _ray])
+    app[keys.ACCESS_LOG] = AccessLog(
+        enabled=logging.getLogger("marketplace.access").isEnabledFor(logging.INFO)
+        and logging.getLogger().isEnabledFor(logging.INFO),
+        json_lines=settings.log_json,
+    )
+    app.cleanup_ctx.extend([_access_log, _postgres, _redis, _ray])
 
     routes: list[Route] = []
     for module in discover():

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from marketplace.auth import ApiKeyResolver, SessionVerifier
 from marketplace.config import Settings
+from marketplace.logs import AccessLog
 
 if TYPE_CHECKING:
     from marketplace.actors.project_shard import ProjectShards
@@ -41,6 +42,8 @@ AFTER_REQUEST_HOOKS: web.AppKey[list[AfterRequestHook]] = web.AppKey("after_requ
 # in shared storage into this process's registry.
 MetricsRefresher = Callable[[web.Application], Awaitable[None]]
 METRICS_REFRESHERS: web.AppKey[list[MetricsRefresher]] = web.AppKey("metrics_refreshers", list)
+
+ACCESS_LOG: web.AppKey[AccessLog] = web.AppKey("access_log", AccessLog)
 
 # Per-request storage.
 REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)

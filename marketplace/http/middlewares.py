@@ -1,14 +1,17 @@
-"""Request context (id, access log, metrics) and the single place errors become JSON."""
+"""The request middleware: request id, metrics, access log, and the one place errors become
+JSON."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import re
+import secrets
 import time
-import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import asyncpg
 from aiohttp import web
@@ -75,17 +78,29 @@ def _from_http_exception(exc: web.HTTPException) -> MarketplaceError:
     return ServiceUnavailable(exc.reason)
 
 
+_REQUEST_IDS = itertools.count(1)
+# Generated ids: a random per-process prefix and a counter; unique across processes and much
+# cheaper than a uuid4 per request.
+_ID_PREFIX = secrets.token_hex(6)
+
+
+def _new_request_id() -> str:
+    return f"{_ID_PREFIX}{next(_REQUEST_IDS):010x}"
+
+
 @web.middleware
 async def request_context(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The only middleware: request id, JSON errors, metrics, access log and after-request hooks
+    (one layer instead of several: each aiohttp middleware layer costs a few microseconds)."""
     incoming = request.headers.get(REQUEST_ID_HEADER, "")
-    request_id = incoming if _REQUEST_ID_RE.match(incoming) else uuid.uuid4().hex
+    request_id = incoming if incoming and _REQUEST_ID_RE.match(incoming) else _new_request_id()
     token = request_id_var.set(request_id)
     request[keys.REQUEST_ID] = request_id
     started = time.perf_counter()
     HTTP_IN_FLIGHT.inc()
     status = 500
     try:
-        response = await handler(request)
+        response = await _json_errors(request, handler, request_id)
         status = response.status
         response.headers[REQUEST_ID_HEADER] = request_id
         return response
@@ -93,17 +108,19 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
         HTTP_IN_FLIGHT.dec()
         elapsed = time.perf_counter() - started
         template = route_template(request)
-        HTTP_REQUESTS.labels(request.method, template, str(status)).inc()
-        HTTP_LATENCY.labels(request.method, template).observe(elapsed)
-        log.info(
-            "request",
-            extra={
+        _observe(request.method, template, status, elapsed)
+        request.app[keys.ACCESS_LOG].write(
+            {
+                "level": "info",
+                "logger": "marketplace.access",
+                "msg": "request",
+                "request_id": request_id,
                 "method": request.method,
                 "route": template,
                 "path": request.path,
                 "status": status,
                 "duration_ms": round(elapsed * 1000, 2),
-            },
+            }
         )
         for hook in request.app[keys.AFTER_REQUEST_HOOKS]:
             try:
@@ -113,9 +130,27 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
         request_id_var.reset(token)
 
 
-@web.middleware
-async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    request_id = request.get(keys.REQUEST_ID)
+_counters: dict[tuple[str, str, int], Any] = {}
+_histograms: dict[tuple[str, str], Any] = {}
+
+
+def _observe(method: str, template: str, status: int, elapsed: float) -> None:
+    # Label children cached: `labels()` takes a lock and builds a key on every call.
+    counter = _counters.get((method, template, status))
+    if counter is None:
+        counter = _counters[(method, template, status)] = HTTP_REQUESTS.labels(
+            method, template, str(status)
+        )
+    counter.inc()
+    histogram = _histograms.get((method, template))
+    if histogram is None:
+        histogram = _histograms[(method, template)] = HTTP_LATENCY.labels(method, template)
+    histogram.observe(elapsed)
+
+
+async def _json_errors(
+    request: web.Request, handler: Handler, request_id: str
+) -> web.StreamResponse:
     try:
         return await handler(request)
     except MarketplaceError as exc:

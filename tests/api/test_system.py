@@ -91,3 +91,20 @@ async def test_metrics_expose_requests_latency_in_flight_and_pool(client: Any) -
     assert "marketplace_http_in_flight_requests" in text
     assert "marketplace_db_pool_size" in text
     assert 'marketplace_actor_call_duration_seconds_count{actor="project-shard-' in text
+
+
+async def test_access_log_writes_one_json_line_per_request(client: Any) -> None:
+    import io
+    import json
+
+    from marketplace.http import keys
+
+    access_log = client.app[keys.ACCESS_LOG]
+    access_log.stream, access_log.enabled, access_log.json_lines = io.StringIO(), True, True
+    resp = await client.get("/v1/health", headers={"x-request-id": "trace-me"})
+    await client.get("/v1/nope")
+    access_log.flush()
+    lines = [json.loads(line) for line in access_log.stream.getvalue().splitlines()]
+    assert [(e["route"], e["status"]) for e in lines] == [("/v1/health", 200), ("unmatched", 404)]
+    assert lines[0]["request_id"] == resp.headers["x-request-id"] == "trace-me"
+    assert lines[0]["duration_ms"] >= 0

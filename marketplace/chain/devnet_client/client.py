@@ -36,6 +36,7 @@ from marketplace.chain.deploy import (
     dev_address,
     read_manifest,
 )
+from marketplace.chain.devnet import MANIFEST_FILE, RPC_URL_FILE
 from marketplace.chain.devnet_client.enums import (
     DisputeOutcome,
     DisputeReason,
@@ -49,9 +50,6 @@ DAY = 24 * HOUR
 ZERO_ADDRESS = "0x" + "00" * 20
 ZERO_HASH = b"\x00" * 32
 MAX_UINT256 = 2**256 - 1
-#: Files ``marketplace up`` keeps under ``<data-dir>/devnet/``.
-MANIFEST_NAME = "deployment.json"
-RPC_URL_NAME = "rpc_url"
 
 
 class DevnetError(RuntimeError):
@@ -296,16 +294,16 @@ def locate_devnet(
     Raises :class:`DevnetNotRunning` with a message saying what is missing.
     """
     directory = devnet_dir(data_dir)
-    manifest = directory / MANIFEST_NAME
+    manifest = directory / MANIFEST_FILE
     url = rpc_url
     if url is None:
         try:
-            url = (directory / RPC_URL_NAME).read_text(encoding="utf-8").strip() or None
+            url = (directory / RPC_URL_FILE).read_text(encoding="utf-8").strip() or None
         except FileNotFoundError:
             url = None
     if url is None:
         raise DevnetNotRunning(
-            f"no devnet is running for data dir {data_dir} (no {directory / RPC_URL_NAME}); "
+            f"no devnet is running for data dir {data_dir} (no {directory / RPC_URL_FILE}); "
             f"start one with `marketplace up --data-dir {data_dir}` or pass --rpc-url"
         )
     rpc = RawRpc(url, timeout=5.0)
@@ -424,16 +422,18 @@ class DevnetClient:
         self.project_abi = contract_abi("MarketplaceProject")
         self.usdc_abi = contract_abi("TestUSDC")
         self.escrow_abi = contract_abi("MarketplaceEscrow")
-        state_fn = self.project_abi.functions["getProjectState"]
-        self._state_output = state_fn.abi["outputs"][0]
         self._unlocked: set[str] | None = None
+        #: The manifest this client was located through, if any.
+        self.manifest: Path | None = None
 
     @classmethod
     def from_data_dir(
         cls, data_dir: Path, *, rpc_url: str | None = None, registry: str | None = None
     ) -> DevnetClient:
         location = locate_devnet(data_dir, rpc_url=rpc_url, registry=registry)
-        return cls(location.rpc_url, location.deployment)
+        client = cls(location.rpc_url, location.deployment)
+        client.manifest = location.manifest
+        return client
 
     def close(self) -> None:
         self.rpc.close()
@@ -613,7 +613,7 @@ class DevnetClient:
         if self.escrow_allowance(account) < amount:
             done.append(
                 self.transact(
-                    "approve",
+                    "approve (escrow allowance)",
                     account,
                     self.usdc,
                     self.usdc_abi.functions["approve"],

@@ -427,6 +427,7 @@ class ProgressBar:
         self.started = time.perf_counter()
         self._last_draw = 0.0
         self._last_decile = -1
+        self._last_written = -1
         self.label = ""
 
     def advance(self, n: int, label: str | None = None) -> None:
@@ -455,8 +456,9 @@ class ProgressBar:
                 self._last_draw = now
             return
         decile = int(10 * self.done / self.total)
-        if force or decile > self._last_decile:
+        if decile > self._last_decile or (force and self.done != self._last_written):
             self._last_decile = decile
+            self._last_written = self.done
             self.stream.write(self._line() + "\n")
             self.stream.flush()
 
@@ -706,7 +708,8 @@ class Seeder:
             return
         if self._bar is not None:
             self._bar.label = name
-        now = self.client.now()
+        head = self.client.head()
+        now = head["timestamp"]
         txs: list[dict[str, Any]] = []
         for plan, call in batch:
             to = call.to or (plan.address if plan is not None else None)
@@ -730,33 +733,60 @@ class Seeder:
             hashes_ += self._send_and_mine(chunk, name)
         self._drain()
         tx_by_hash = dict(zip(hashes_, txs, strict=True))
-        receipts = self.rpc.batch([("eth_getTransactionReceipt", [h]) for h in hashes_])
+        logs = self._logs_by_tx(head["number"] + 1)
+        # Every call the seeder makes emits an event, so a hash with logs succeeded; only the
+        # others need a receipt (anvil's receipt lookups slow down as blocks grow).
+        unseen = [h for h in hashes_ if h not in logs]
+        fetched = self.rpc.batch([("eth_getTransactionReceipt", [h]) for h in unseen])
+        receipts = dict(zip(unseen, fetched, strict=True))
         failures = []
         created_event = self.client.registry_abi.events["ProjectCreated"]
-        for (plan, call), tx_hash, receipt in zip(batch, hashes_, receipts, strict=True):
-            if receipt is None:
-                failures.append((plan, call, tx_hash, "not mined"))
-                continue
-            if int(receipt["status"], 16) != 1:
-                used, limit = int(receipt["gasUsed"], 16), int(tx_by_hash[tx_hash]["gas"], 16)
-                why = "out of gas" if used >= limit else "reverted"
-                failures.append((plan, call, tx_hash, f"{why} (tx {tx_hash}, gas {used}/{limit})"))
-                continue
+        registry = self.client.registry.lower()
+        for (plan, call), tx_hash in zip(batch, hashes_, strict=True):
+            if tx_hash in receipts:
+                receipt = receipts[tx_hash]
+                if receipt is None:
+                    failures.append((plan, call, "not mined"))
+                    continue
+                if int(receipt["status"], 16) != 1:
+                    used, limit = int(receipt["gasUsed"], 16), int(tx_by_hash[tx_hash]["gas"], 16)
+                    why = "out of gas" if used >= limit else "reverted"
+                    failures.append((plan, call, f"{why} (tx {tx_hash}, gas {used}/{limit})"))
+                    continue
             if creation and plan is not None:
-                for log in receipt["logs"]:
-                    if log["topics"] and log["topics"][0] == created_event.topic0:
+                for log in logs.get(tx_hash, ()):
+                    if (
+                        log["address"].lower() == registry
+                        and log["topics"][0] == created_event.topic0
+                    ):
                         plan.address = created_event.decode_log(log)["project"]
                         plan.create_tx = tx_hash
                         break
+                else:
+                    failures.append((plan, call, f"no ProjectCreated event (tx {tx_hash})"))
         if failures:
             lines = [
                 f"#{p.index if p else '-'} {p.scenario.name if p else 'setup'} "
                 f"{c.fn.abi['name']} from {c.sender}: " + why
-                for p, c, _, why in failures[:5]
+                for p, c, why in failures[:5]
             ]
             raise SeedError(
                 f"{len(failures)} transactions of {name} failed:\n  " + "\n  ".join(lines)
             )
+
+    def _logs_by_tx(self, first_block: int) -> dict[str, list[dict[str, Any]]]:
+        """Every log of the blocks mined since ``first_block``, grouped by transaction hash."""
+        last = self.client.head()["number"]
+        by_tx: dict[str, list[dict[str, Any]]] = {}
+        step = 50
+        for start in range(first_block, last + 1, step):
+            logs = self.rpc.call(
+                "eth_getLogs",
+                [{"fromBlock": hex(start), "toBlock": hex(min(last, start + step - 1))}],
+            )
+            for log in logs:
+                by_tx.setdefault(log["transactionHash"], []).append(log)
+        return by_tx
 
     def _gas_for(self, call: Call, tx: dict[str, Any], plan: ProjectPlan | None) -> int:
         key = (call.fn.signature, call.gas_tag)

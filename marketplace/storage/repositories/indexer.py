@@ -65,6 +65,7 @@ FROM projects WHERE project_address = any($1::text[])
 """
 
 _PROJECT_COLUMNS = [f.name for f in dataclasses.fields(ProjectRow)]
+_MILESTONE_COLUMNS = [f.name for f in dataclasses.fields(MilestoneRow)]
 _PROJECT_TYPES = {
     "milestone_count": "int",
     "bid_bond_usdc": "numeric",
@@ -237,7 +238,8 @@ async def upsert_snapshots(
         if project.project_address not in written:
             continue
         for m in milestones:
-            values = dataclasses.astuple(m)
+            # Field by field: dataclasses.astuple deep-copies every value (all immutable here).
+            values = [getattr(m, name) for name in _MILESTONE_COLUMNS]
             for column, value in zip(milestone_columns, values, strict=True):
                 column.append(value)
     if milestone_columns[0]:
