@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -158,7 +159,7 @@ async def explain(dsn: str) -> dict[str, str]:
         address = await conn.fetchval(
             "SELECT project_address FROM projects WHERE bidding_access = 'open' LIMIT 1"
         )
-        viewer = "00000000-0000-4000-8000-000000000001"
+        viewer = uuid.UUID("00000000-0000-4000-8000-000000000001")
         await conn.execute(
             "INSERT INTO wallet_links (user_id, wallet_address, chain_id, verification_method)"
             " VALUES ($1, $2, 31337, 'eip191_sign_message') ON CONFLICT DO NOTHING",
@@ -189,7 +190,7 @@ async def explain(dsn: str) -> dict[str, str]:
                 limit=21,
             ),
             "detail anonymous": projects_repo.detail_arguments(None, address),
-            "detail signed-in viewer": projects_repo.detail_arguments(viewer, address),  # type: ignore[arg-type]
+            "detail signed-in viewer": projects_repo.detail_arguments(viewer, address),
         }
         for name, (sql, args) in cases.items():
             rows = await conn.fetch(f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) {sql}", *args)
@@ -537,8 +538,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for s in servers
         }
         print(f"idle CPU % per server process: {idle_cpu}", flush=True)
-
-        import uuid
 
         token = issue_session_token(
             jwt_secret, uuid.uuid4(), email_verified=True, ttl_seconds=3600, now=int(time.time())

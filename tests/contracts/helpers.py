@@ -4,17 +4,19 @@ Reverts are checked with ``eth_call`` at an exact block timestamp (anvil block o
 "should revert at T" check neither mines a block nor moves time. Successful steps are mined as
 real transactions, optionally at an exact timestamp (``evm_setNextBlockTimestamp``), with a fixed
 gas limit so no gas estimation runs at a different time.
+
+The enums, EIP-712 signing helpers, amounts and revert decoding live in the package
+(``marketplace.chain.devnet_client``) and are re-exported here; what stays is test-only: the
+``Chain`` driver (exact timestamps, fixed gas, ``reverts`` assertions), ``Actors`` and ``h``.
 """
 
 from __future__ import annotations
 
-import enum
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eth_abi import encode
 from eth_account import Account
 from eth_utils import keccak, to_checksum_address
 from web3 import Web3
@@ -22,104 +24,78 @@ from web3.contract import Contract
 from web3.logs import DISCARD
 from web3.types import TxReceipt
 
-from marketplace.chain.artifacts import artifact_names, load_artifact
+from marketplace.chain import hashes
+from marketplace.chain.abi import abi_type
+from marketplace.chain.artifacts import load_artifact
 from marketplace.chain.deploy import (
     ANVIL_PRIVATE_KEYS,
     DEV_VERIFIER_PRIVATE_KEY,
     Deployment,
     contract_at,
 )
+from marketplace.chain.devnet_client import (
+    ATTESTATION_TYPES,
+    CHALLENGE_FALLBACK_TYPES,
+    PERMIT_TYPES,
+    VERIFIER_DOMAIN_NAME,
+    VERIFIER_DOMAIN_VERSION,
+    BiddingAccess,
+    DisputeOutcome,
+    DisputePhase,
+    DisputeReason,
+    MilestoneStatus,
+    ProjectMode,
+    ProjectStatus,
+    ranked_submitters_hash,
+    sign_attestation,
+    sign_fallback,
+    sign_permit,
+    verifier_domain,
+)
+from marketplace.chain.devnet_client.client import (
+    DAY,
+    HOUR,
+    USDC,
+    ZERO_ADDRESS,
+    ZERO_HASH,
+    decode_revert,
+    decode_struct,
+)
 
-USDC = 10**6
-HOUR = 3600
-DAY = 24 * HOUR
+__all__ = [  # re-exported for the contract, indexer, claims and records tests
+    "ANONYMOUS",
+    "ATTESTATION_TYPES",
+    "CHALLENGE_FALLBACK_TYPES",
+    "DAY",
+    "GAS",
+    "HOUR",
+    "KEYS",
+    "PERMIT_TYPES",
+    "USDC",
+    "VERIFIER_DOMAIN_NAME",
+    "VERIFIER_DOMAIN_VERSION",
+    "ZERO_ADDRESS",
+    "ZERO_HASH",
+    "Actors",
+    "BiddingAccess",
+    "Chain",
+    "DisputeOutcome",
+    "DisputePhase",
+    "DisputeReason",
+    "MilestoneStatus",
+    "ProjectMode",
+    "ProjectStatus",
+    "direct_config_hash",
+    "h",
+    "ranked_submitters_hash",
+    "sign_attestation",
+    "sign_fallback",
+    "verifier_domain",
+]
+
 GAS = 8_000_000
-ZERO_ADDRESS = "0x" + "00" * 20
-ZERO_HASH = b"\x00" * 32
 # Any address that never signs anything: the on-chain equivalent of an anonymous caller.
 ANONYMOUS = to_checksum_address("0x" + "5a" * 20)
-
-
-class ProjectStatus(enum.IntEnum):
-    DRAFT = 0
-    BIDDING = 1
-    BUILDING = 2
-    DISPUTE = 3
-    COMPLETE = 4
-    FAILED = 5
-
-
-class MilestoneStatus(enum.IntEnum):
-    PENDING = 0
-    SUBMITTED = 1
-    APPROVED = 2
-    REJECTED = 3
-    DISPUTED = 4
-    ATTESTED = 5
-
-
-class ProjectMode(enum.IntEnum):
-    STANDARD = 0
-    CHALLENGE = 1
-
-
-class BiddingAccess(enum.IntEnum):
-    INVITE_ONLY = 0
-    OPEN = 1
-
-
-class DisputePhase(enum.IntEnum):
-    NONE = 0
-    CHALLENGED = 1
-    VERIFIER_VERDICT = 2
-    MULTISIG_OVERRIDE = 3
-    FINALIZED = 4
-
-
-class DisputeReason(enum.IntEnum):
-    DEADLINE_MISSED = 0
-    LOW_QUALITY = 1
-    OWNER_INACTION = 2
-
-
-class DisputeOutcome(enum.IntEnum):
-    NONE = 0
-    APPROVE = 1
-    REJECT = 2
-
-
-VERIFIER_DOMAIN_NAME = "MarketplaceVerifier"
-VERIFIER_DOMAIN_VERSION = "1"
-ATTESTATION_TYPES = {
-    "Attestation": [
-        {"name": "project", "type": "address"},
-        {"name": "milestoneIndex", "type": "uint16"},
-        {"name": "passes", "type": "bool"},
-        {"name": "evidenceHash", "type": "bytes32"},
-        {"name": "deadline", "type": "uint256"},
-        {"name": "nonce", "type": "uint256"},
-        {"name": "chainId", "type": "uint256"},
-    ]
-}
-CHALLENGE_FALLBACK_TYPES = {
-    "ChallengeFallback": [
-        {"name": "project", "type": "address"},
-        {"name": "rankedSubmittersHash", "type": "bytes32"},
-        {"name": "rankingHash", "type": "bytes32"},
-        {"name": "deadline", "type": "uint256"},
-        {"name": "nonce", "type": "uint256"},
-        {"name": "chainId", "type": "uint256"},
-    ]
-}
-PERMIT_TYPES = {
-    "Permit": [
-        {"name": "owner", "type": "address"},
-        {"name": "spender", "type": "address"},
-        {"name": "value", "type": "uint256"},
-        {"name": "nonce", "type": "uint256"},
-        {"name": "deadline", "type": "uint256"},
-    ]
-}
 
 
 def h(label: str) -> bytes:
@@ -130,111 +106,10 @@ def h(label: str) -> bytes:
 def direct_config_hash(
     title: str, description: str, repo_url: str, project_mode: str, bidding_access: str
 ) -> bytes:
-    """Spec "Hash rules", direct mode: H(abi.encode(title, description, repoUrl, mode, access))."""
-    return keccak(
-        encode(
-            ["string", "string", "string", "string", "string"],
-            [title, description, repo_url, project_mode, bidding_access],
-        )
+    """Spec "Hash rules", direct mode, as raw bytes (marketplace.chain.hashes gives hex)."""
+    return bytes.fromhex(
+        hashes.direct_config_hash(title, description, repo_url, project_mode, bidding_access)[2:]
     )
-
-
-def ranked_submitters_hash(addresses: Sequence[str]) -> bytes:
-    """keccak256 of the 32-byte left-padded addresses, concatenated (EIP-712 address[])."""
-    return keccak(b"".join(bytes(12) + bytes.fromhex(a[2:]) for a in addresses))
-
-
-def verifier_domain(chain_id: int, registry: str) -> dict[str, Any]:
-    return {
-        "name": VERIFIER_DOMAIN_NAME,
-        "version": VERIFIER_DOMAIN_VERSION,
-        "chainId": chain_id,
-        "verifyingContract": registry,
-    }
-
-
-def sign_attestation(
-    key: str,
-    *,
-    chain_id: int,
-    registry: str,
-    project: str,
-    milestone_index: int,
-    passes: bool,
-    evidence_hash: bytes,
-    deadline: int,
-    nonce: int,
-    signed_chain_id: int | None = None,
-) -> bytes:
-    message = {
-        "project": project,
-        "milestoneIndex": milestone_index,
-        "passes": passes,
-        "evidenceHash": evidence_hash,
-        "deadline": deadline,
-        "nonce": nonce,
-        "chainId": chain_id if signed_chain_id is None else signed_chain_id,
-    }
-    signed = Account.sign_typed_data(
-        key, verifier_domain(chain_id, registry), ATTESTATION_TYPES, message
-    )
-    return bytes(signed.signature)
-
-
-def sign_fallback(
-    key: str,
-    *,
-    chain_id: int,
-    registry: str,
-    project: str,
-    ranked: Sequence[str],
-    ranking_hash: bytes,
-    deadline: int,
-    nonce: int,
-    signed_chain_id: int | None = None,
-) -> bytes:
-    message = {
-        "project": project,
-        "rankedSubmittersHash": ranked_submitters_hash(ranked),
-        "rankingHash": ranking_hash,
-        "deadline": deadline,
-        "nonce": nonce,
-        "chainId": chain_id if signed_chain_id is None else signed_chain_id,
-    }
-    signed = Account.sign_typed_data(
-        key, verifier_domain(chain_id, registry), CHALLENGE_FALLBACK_TYPES, message
-    )
-    return bytes(signed.signature)
-
-
-def _error_selectors() -> dict[bytes, tuple[str, list[str]]]:
-    selectors: dict[bytes, tuple[str, list[str]]] = {}
-    for name in artifact_names():
-        for item in load_artifact(name)["abi"]:
-            if item["type"] == "error":
-                types = [_abi_type(i) for i in item["inputs"]]
-                sig = f"{item['name']}({','.join(types)})"
-                selectors[keccak(text=sig)[:4]] = (item["name"], types)
-    return selectors
-
-
-def _abi_type(param: dict[str, Any]) -> str:
-    if param["type"].startswith("tuple"):
-        inner = ",".join(_abi_type(c) for c in param["components"])
-        return f"({inner}){param['type'][5:]}"
-    return param["type"]
-
-
-def _decode_struct(param: dict[str, Any], value: Any) -> Any:
-    kind = param["type"]
-    if kind == "tuple":
-        return {
-            c["name"]: _decode_struct(c, v) for c, v in zip(param["components"], value, strict=True)
-        }
-    if kind == "tuple[]":
-        element = dict(param, type="tuple")
-        return [_decode_struct(element, v) for v in value]
-    return value
 
 
 @dataclass(frozen=True)
@@ -270,7 +145,6 @@ class Chain:
         self.escrow = contract_at(w3, "MarketplaceEscrow", deployment.escrow)
         self.registry = contract_at(w3, "MarketplaceRegistry", deployment.registry)
         self.a = Actors.from_dev_keys()
-        self._errors = _error_selectors()
         self._project_abi = load_artifact("MarketplaceProject")["abi"]
         self._state_abi = next(
             i["outputs"][0]
@@ -326,15 +200,8 @@ class Chain:
         if "error" not in response:
             return None
         data = response["error"].get("data") or "0x"
-        raw = bytes.fromhex(data[2:])
-        if raw[:4] not in self._errors:
-            return (f"<unknown revert {data}>", ())
-        name, types = self._errors[raw[:4]]
-        values = self.w3.codec.decode(types, raw[4:])
-        return name, tuple(
-            to_checksum_address(v) if t == "address" else v
-            for t, v in zip(types, values, strict=True)
-        )
+        decoded = decode_revert(data)
+        return decoded if decoded is not None else (f"<unknown revert {data}>", ())
 
     def reverts(
         self,
@@ -361,7 +228,7 @@ class Chain:
 
     def event_names(self, receipt: TxReceipt, contract: Contract) -> list[str]:
         topic_to_name = {
-            keccak(text=f"{e['name']}({','.join(_abi_type(i) for i in e['inputs'])})"): e["name"]
+            keccak(text=f"{e['name']}({','.join(abi_type(i) for i in e['inputs'])})"): e["name"]
             for e in contract.abi
             if e["type"] == "event"
         }
@@ -393,21 +260,17 @@ class Chain:
     ) -> tuple[int, int, bytes, bytes]:
         """(deadline, v, r, s) of an EIP-2612 permit signed by ``owner``."""
         deadline = deadline if deadline is not None else self.now() + DAY
-        message = {
-            "owner": owner,
-            "spender": spender or self.escrow.address,
-            "value": value,
-            "nonce": int(self.usdc.functions.nonces(owner).call()),
-            "deadline": deadline,
-        }
-        domain = {
-            "name": "Test USD Coin",
-            "version": "1",
-            "chainId": self.chain_id,
-            "verifyingContract": self.usdc.address,
-        }
-        signed = Account.sign_typed_data(KEYS[owner], domain, PERMIT_TYPES, message)
-        return deadline, signed.v, signed.r.to_bytes(32, "big"), signed.s.to_bytes(32, "big")
+        v, r, s = sign_permit(
+            KEYS[owner],
+            chain_id=self.chain_id,
+            token=self.usdc.address,
+            owner=owner,
+            spender=spender or self.escrow.address,
+            value=value,
+            nonce=int(self.usdc.functions.nonces(owner).call()),
+            deadline=deadline,
+        )
+        return deadline, v, r, s
 
     # ---------------------------------------------------------------- projects
 
@@ -415,7 +278,7 @@ class Chain:
         return self.w3.eth.contract(address=to_checksum_address(address), abi=self._project_abi)
 
     def state(self, project: Contract) -> dict[str, Any]:
-        return _decode_struct(self._state_abi, project.functions.getProjectState().call())
+        return decode_struct(self._state_abi, project.functions.getProjectState().call())
 
     def created_project(self, receipt: TxReceipt) -> Contract:
         (event,) = self.events(receipt, self.registry, "ProjectCreated")

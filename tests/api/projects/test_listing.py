@@ -6,7 +6,6 @@ import time
 from typing import Any
 
 import asyncpg
-import pytest
 from eth_utils import to_checksum_address
 
 from marketplace.projects.models import ProjectListResponse
@@ -130,13 +129,13 @@ async def test_cursor_pointing_after_everything(client: Any, db: asyncpg.Connect
     assert page == {"items": [], "count": 2, "nextCursor": None}
 
 
-@pytest.mark.parametrize("cursor", ["zz", "cDE6NQ", "%20", "x" * 201, encode_cursor(5, 1) + "A"])
-async def test_malformed_cursor_is_400(client: Any, db: asyncpg.Connection, cursor: str) -> None:
-    resp = await client.get("/v1/projects", params={"cursor": cursor})
-    assert resp.status == 400
-    body = await resp.json()
-    assert body["error"] == "invalid_request"
-    assert body["details"][0]["field"] == "cursor"
+async def test_malformed_cursor_is_400(client: Any, db: asyncpg.Connection) -> None:
+    for cursor in ("zz", "cDE6NQ", " ", "x" * 201, encode_cursor(5, 1) + "A", ""):
+        resp = await client.get("/v1/projects", params={"cursor": cursor})
+        assert resp.status == 400, cursor
+        body = await resp.json()
+        assert body["error"] == "invalid_request"
+        assert body["details"][0]["field"] == "cursor"
 
 
 async def test_owner_filter(client: Any, db: asyncpg.Connection) -> None:
@@ -193,21 +192,19 @@ async def test_filters_combine(client: Any, db: asyncpg.Connection) -> None:
     assert [i["projectAddress"] for i in page["items"]] == target
 
 
-@pytest.mark.parametrize(
-    "query",
-    [
+async def test_bad_query_values_are_400(client: Any, db: asyncpg.Connection) -> None:
+    for query in (
         "?ownerAddress=0x123",
         "?ownerAddress=" + "0x" + "g" * 40,
         "?ownerAddress=" + "a" * 42,
+        "?ownerAddress=",
         "?status=open",
         "?status=Draft",
         "?effectiveStatus=late",
-    ],
-)
-async def test_bad_query_values_are_400(client: Any, db: asyncpg.Connection, query: str) -> None:
-    resp = await client.get(f"/v1/projects{query}")
-    assert resp.status == 400
-    assert (await resp.json())["error"] == "invalid_request"
+    ):
+        resp = await client.get(f"/v1/projects{query}")
+        assert resp.status == 400, query
+        assert (await resp.json())["error"] == "invalid_request"
 
 
 async def test_unknown_query_parameters_are_ignored(client: Any, db: asyncpg.Connection) -> None:

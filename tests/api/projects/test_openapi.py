@@ -77,9 +77,7 @@ async def test_project_read_routes_in_the_document(client: Any) -> None:
     assert set(params) == {"ownerAddress", "status", "effectiveStatus", "limit", "cursor"}
     assert params["limit"]["schema"]["maximum"] == 100
     assert params["limit"]["schema"]["default"] == 20
-    assert {"", "sessionBearer", "agentApiKey"} == {
-        next(iter(s), "") for s in listing["security"]
-    }
+    assert {"", "sessionBearer", "agentApiKey"} == {next(iter(s), "") for s in listing["security"]}
     assert "400" in listing["responses"] and "401" in listing["responses"]
 
     for path in ("/v1/projects/{projectAddress}", "/v1/projects/{projectAddress}/milestones"):
