@@ -154,9 +154,11 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> dict[
             responses[str(route.status)] = {"description": "OK"}
         by_status: dict[int, list[str]] = {}
         for error in _errors_of(route):
-            by_status.setdefault(error.status, [])
-            if error.code not in by_status[error.status]:
-                by_status[error.status].append(error.code)
+            codes = by_status.setdefault(error.status, [])
+            # An error class standing for a family of codes lists them in `documented_codes`.
+            for code in getattr(error, "documented_codes", (error.code,)):
+                if code not in codes:
+                    codes.append(code)
         for status, codes in sorted(by_status.items()):
             responses[str(status)] = {
                 "description": "error codes: " + ", ".join(f"`{c}`" for c in codes),

@@ -33,19 +33,6 @@ _CREATED = ContractAbi.load("MarketplaceRegistry").events["ProjectCreated"]
 EDITABLE_STATUSES = frozenset({"draft"})
 
 
-class ProjectClaimConflict(Conflict):
-    """ProjectClaimConflictError of the spec: ``code`` is one of section 7's claim codes."""
-
-    code = "conflict"
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message, {})
-        self.claim_code = code
-
-    def body(self) -> dict[str, Any]:
-        return {"error": self.claim_code, "message": self.message}
-
-
 CLAIM_CONFLICT_CODES = (
     "config_hash_mismatch",
     "conflict",
@@ -62,6 +49,20 @@ CLAIM_CONFLICT_CODES = (
     "tx_not_finalized",
     "tx_not_found",
 )
+
+
+class ProjectClaimConflict(Conflict):
+    """ProjectClaimConflictError of the spec: ``code`` is one of section 7's claim codes."""
+
+    code = "conflict"
+    documented_codes = CLAIM_CONFLICT_CODES
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message, {})
+        self.claim_code = code
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.claim_code, "message": self.message}
 
 
 class ProjectNotClaimed(Conflict):

@@ -382,3 +382,13 @@ async def test_metadata_patch_rules(app_client: Any, chain: Chain, indexer: Any)
     resp = await client.patch(url, json=patch, headers=user.headers)
     assert resp.status == 409
     assert (await resp.json())["error"] == "metadata_locked"
+
+
+async def test_openapi_lists_every_claim_conflict_code(app_client: Any) -> None:
+    from marketplace.projects.claims import CLAIM_CONFLICT_CODES
+
+    doc = await (await app_client.get("/v1/openapi.json")).json()
+    described = doc["paths"]["/v1/projects/{projectAddress}/claim"]["post"]["responses"]["409"]
+    for code in CLAIM_CONFLICT_CODES:
+        assert f"`{code}`" in described["description"]
+    assert len(CLAIM_CONFLICT_CODES) == 14
