@@ -1,19 +1,28 @@
-"""Minimal ABI codec over eth_abi for the hot paths (indexer, claim checks).
+"""Minimal ABI codec for the hot paths (indexer, claim checks, devnet client).
 
 web3's contract layer is convenient but costs a lot per call; the indexer decodes thousands of
 logs and state structs per second, so it works on raw JSON-RPC payloads with these helpers.
+
+Decoding slices the 32-byte words directly for the types the marketplace ABI uses (uint, int,
+bool, address, bytesN, tuples, arrays of static types): eth_abi plus an EIP-55 checksum per
+address cost about half a millisecond per ``getProjectState``, most of a backfill's time. Anything
+else (strings, dynamic bytes, fixed-size arrays, arrays of dynamic types) falls back to eth_abi.
+Addresses come out checksummed unless the caller asks for lower case (``checksum_addresses``),
+which is what the read models store.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 from eth_abi import decode, encode
-from eth_utils import keccak, to_checksum_address
+from eth_utils import keccak
 
 from marketplace.chain.artifacts import load_artifact
+from marketplace.types import checksum_address
 
 
 def abi_type(param: dict[str, Any]) -> str:
@@ -24,24 +33,131 @@ def abi_type(param: dict[str, Any]) -> str:
     return kind
 
 
-def _normalize(param: dict[str, Any], value: Any) -> Any:
+def _lower_address(raw: str) -> str:
+    return raw.lower()
+
+
+# --- generic path (eth_abi) -------------------------------------------------------------------
+
+
+def _normalize(param: dict[str, Any], value: Any, address: Callable[[str], str]) -> Any:
     kind: str = param["type"]
-    if kind.startswith("tuple"):
-        components = param["components"]
-        if kind.endswith("[]"):
-            return [_struct(components, item) for item in value]
-        return _struct(components, value)
+    if kind.endswith("]"):
+        element = dict(param, type=kind[: kind.rindex("[")])
+        return [_normalize(element, v, address) for v in value]
+    if kind == "tuple":
+        return _struct(param["components"], value, address)
     if kind == "address":
-        return to_checksum_address(value)
-    if kind == "address[]":
-        return [to_checksum_address(v) for v in value]
-    if kind.startswith("bytes") and not kind.endswith("[]"):
+        return address(value)
+    if kind.startswith("bytes"):
         return "0x" + bytes(value).hex()
     return value
 
 
-def _struct(components: list[dict[str, Any]], value: Any) -> dict[str, Any]:
-    return {c["name"]: _normalize(c, v) for c, v in zip(components, value, strict=True)}
+def _struct(
+    components: list[dict[str, Any]], value: Any, address: Callable[[str], str]
+) -> dict[str, Any]:
+    return {c["name"]: _normalize(c, v, address) for c, v in zip(components, value, strict=True)}
+
+
+# --- fast path (word slicing) -------------------------------------------------------------------
+
+
+class _Unsupported(Exception):
+    pass
+
+
+Decoder = Callable[[bytes, int, int], Any]  # (data, head position, base of the enclosing tuple)
+
+
+def _is_dynamic(param: dict[str, Any]) -> bool:
+    kind = param["type"]
+    if kind.endswith("[]") or kind in ("string", "bytes"):
+        return True
+    return kind == "tuple" and any(_is_dynamic(c) for c in param["components"])
+
+
+def _word(data: bytes, pos: int) -> bytes:
+    if pos + 32 > len(data):
+        raise ValueError(f"ABI data too short: {len(data)} bytes, need {pos + 32}")
+    return data[pos : pos + 32]
+
+
+def _head_size(param: dict[str, Any]) -> int:
+    if _is_dynamic(param):
+        return 32
+    if param["type"] == "tuple":
+        return sum(_head_size(c) for c in param["components"])
+    return 32
+
+
+def _decoder(param: dict[str, Any], address: Callable[[str], str]) -> Decoder:
+    kind = param["type"]
+    if kind.endswith("]") and not kind.endswith("[]"):
+        raise _Unsupported(kind)  # fixed-size arrays
+    if kind.endswith("[]"):
+        element = dict(param, type=kind[:-2])
+        if _is_dynamic(element):
+            raise _Unsupported(kind)
+        item, size = _decoder(element, address), _head_size(element)
+
+        def array(data: bytes, pos: int, base: int) -> list[Any]:
+            start = base + int.from_bytes(_word(data, pos), "big")
+            count = int.from_bytes(_word(data, start), "big")
+            first = start + 32
+            return [item(data, first + i * size, first) for i in range(count)]
+
+        return array
+    if kind == "tuple":
+        parts = [(c["name"], _decoder(c, address), _head_size(c)) for c in param["components"]]
+        dynamic = _is_dynamic(param)
+
+        def struct(data: bytes, pos: int, base: int) -> dict[str, Any]:
+            start = base + int.from_bytes(_word(data, pos), "big") if dynamic else pos
+            out, at = {}, start
+            for name, decode_part, size in parts:
+                out[name] = decode_part(data, at, start)
+                at += size
+            return out
+
+        return struct
+    if kind == "address":
+        return lambda data, pos, _: address("0x" + _word(data, pos)[12:].hex())
+    if kind == "bool":
+        return lambda data, pos, _: _word(data, pos) != bytes(32)
+    if kind.startswith("uint"):
+        return lambda data, pos, _: int.from_bytes(_word(data, pos), "big")
+    if kind.startswith("int"):
+        return lambda data, pos, _: int.from_bytes(_word(data, pos), "big", signed=True)
+    if kind.startswith("bytes") and kind[5:].isdigit():
+        length = int(kind[5:])
+        return lambda data, pos, _: "0x" + _word(data, pos)[:length].hex()
+    raise _Unsupported(kind)
+
+
+def _fast_sequence(
+    params: list[dict[str, Any]], address: Callable[[str], str]
+) -> Callable[[bytes], list[Any]] | None:
+    try:
+        decoders = [(_decoder(p, address), _head_size(p)) for p in params]
+    except _Unsupported:
+        return None
+
+    def decode_all(data: bytes) -> list[Any]:
+        values, at = [], 0
+        for decoder, size in decoders:
+            values.append(decoder(data, at, 0))
+            at += size
+        return values
+
+    return decode_all
+
+
+def _address_style(checksum_addresses: bool) -> Callable[[str], str]:
+    return checksum_address if checksum_addresses else _lower_address
+
+
+# --- functions and events -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -60,10 +176,21 @@ class AbiFunction:
         types = [abi_type(i) for i in self.abi["inputs"]]
         return "0x" + (self.selector + encode(types, list(args))).hex()
 
-    def decode_result(self, data: str) -> Any:
+    @cached_property
+    def _fast(self) -> dict[bool, Callable[[bytes], list[Any]] | None]:
         outputs = self.abi["outputs"]
-        values = decode([abi_type(o) for o in outputs], bytes.fromhex(data.removeprefix("0x")))
-        decoded = [_normalize(o, v) for o, v in zip(outputs, values, strict=True)]
+        return {flag: _fast_sequence(outputs, _address_style(flag)) for flag in (True, False)}
+
+    def decode_result(self, data: str, *, checksum_addresses: bool = True) -> Any:
+        raw = bytes.fromhex(data.removeprefix("0x"))
+        fast = self._fast[checksum_addresses]
+        if fast is not None:
+            decoded = fast(raw)
+        else:
+            outputs = self.abi["outputs"]
+            address = _address_style(checksum_addresses)
+            values = decode([abi_type(o) for o in outputs], raw)
+            decoded = [_normalize(o, v, address) for o, v in zip(outputs, values, strict=True)]
         return decoded[0] if len(decoded) == 1 else decoded
 
 
@@ -79,18 +206,46 @@ class AbiEvent:
     def topic0(self) -> str:
         return "0x" + keccak(text=self.signature).hex()
 
-    def decode_log(self, log: dict[str, Any]) -> dict[str, Any]:
+    @cached_property
+    def _parts(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         inputs = self.abi["inputs"]
-        indexed = [i for i in inputs if i["indexed"]]
-        plain = [i for i in inputs if not i["indexed"]]
+        return [i for i in inputs if i["indexed"]], [i for i in inputs if not i["indexed"]]
+
+    @cached_property
+    def _fast(self) -> dict[bool, Callable[[bytes], list[Any]] | None]:
+        _, plain = self._parts
+        return {flag: _fast_sequence(plain, _address_style(flag)) for flag in (True, False)}
+
+    @cached_property
+    def _topic_decoders(self) -> dict[bool, list[Decoder | None]]:
+        # A dynamic indexed value (string, bytes, arrays) is only its hash in the topic: None.
+        indexed, _ = self._parts
+        return {
+            flag: [None if _is_dynamic(p) else _decoder(p, _address_style(flag)) for p in indexed]
+            for flag in (True, False)
+        }
+
+    def decode_log(self, log: dict[str, Any], *, checksum_addresses: bool = True) -> dict[str, Any]:
+        indexed, plain = self._parts
+        address = _address_style(checksum_addresses)
+        topics = log["topics"][1:]
+        if len(topics) != len(indexed):
+            raise ValueError(f"expected {len(indexed)} indexed topics, got {len(topics)}")
         args: dict[str, Any] = {}
-        for param, topic in zip(indexed, log["topics"][1:], strict=True):
-            (value,) = decode([abi_type(param)], bytes.fromhex(topic.removeprefix("0x")))
-            args[param["name"]] = _normalize(param, value)
+        for param, topic_decoder, topic in zip(
+            indexed, self._topic_decoders[checksum_addresses], topics, strict=True
+        ):
+            raw = bytes.fromhex(topic.removeprefix("0x"))
+            args[param["name"]] = topic_decoder(raw, 0, 0) if topic_decoder else "0x" + raw.hex()
         data = bytes.fromhex(log["data"].removeprefix("0x"))
-        values = decode([abi_type(p) for p in plain], data)
+        fast = self._fast[checksum_addresses]
+        if fast is not None:
+            values = fast(data)
+        else:
+            raw_values = decode([abi_type(p) for p in plain], data)
+            values = [_normalize(p, v, address) for p, v in zip(plain, raw_values, strict=True)]
         for param, value in zip(plain, values, strict=True):
-            args[param["name"]] = _normalize(param, value)
+            args[param["name"]] = value
         return args
 
 

@@ -19,7 +19,6 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 import asyncpg
 import redis.asyncio as aioredis
 
-from marketplace.chain.abi import AbiEvent, AbiFunction, ContractAbi
+from marketplace.chain.abi import ContractAbi
 from marketplace.chain.rpc import JsonRpcClient, RpcError
 from marketplace.indexer.snapshot import MilestoneRow, ProjectCreation, ProjectRow, project_rows
 from marketplace.storage.repositories import indexer as repo
@@ -75,134 +74,6 @@ def _hex(n: int) -> str:
     return hex(n)
 
 
-# --- fast ABI decoding on the hot path --------------------------------------------------------
-# eth_abi is generic, and marketplace.chain.abi checksums every address; together that is about
-# half a millisecond per getProjectState, most of a backfill's time. The read model lower-cases
-# every address (snapshot.project_rows), so these decoders slice the 32-byte words directly and
-# return lower-case addresses; otherwise their values equal AbiFunction.decode_result /
-# AbiEvent.decode_log. They cover what the project ABI uses (uint/int/bool/address/bytesN,
-# tuples, T[] of a static T); anything else keeps the generic decoder.
-
-
-class _Unsupported(Exception):
-    pass
-
-
-Decoder = Callable[[bytes, int, int], Any]  # (data, head position, base of the enclosing tuple)
-
-
-def _is_dynamic(param: dict[str, Any]) -> bool:
-    kind = param["type"]
-    if kind.endswith("[]") or kind in ("string", "bytes"):
-        return True
-    return kind == "tuple" and any(_is_dynamic(c) for c in param["components"])
-
-
-def _word(data: bytes, pos: int) -> bytes:
-    if pos + 32 > len(data):
-        raise ValueError(f"ABI data too short: {len(data)} bytes, need {pos + 32}")
-    return data[pos : pos + 32]
-
-
-def _static_size(param: dict[str, Any]) -> int:
-    if param["type"] == "tuple":
-        return sum(_static_size(c) for c in param["components"])
-    return 32
-
-
-def _decoder(param: dict[str, Any]) -> Decoder:
-    kind = param["type"]
-    if kind.endswith("]") and not kind.endswith("[]"):
-        raise _Unsupported(kind)  # fixed-size arrays
-    if kind.endswith("[]"):
-        element = dict(param, type=kind[:-2])
-        if _is_dynamic(element):
-            raise _Unsupported(kind)
-        item, size = _decoder(element), _static_size(element)
-
-        def array(data: bytes, pos: int, base: int) -> list[Any]:
-            start = base + int.from_bytes(_word(data, pos), "big")
-            count = int.from_bytes(_word(data, start), "big")
-            first = start + 32
-            return [item(data, first + i * size, first) for i in range(count)]
-
-        return array
-    if kind == "tuple":
-        parts = [(c["name"], _decoder(c)) for c in param["components"]]
-        sizes = [32 if _is_dynamic(c) else _static_size(c) for c in param["components"]]
-        dynamic = _is_dynamic(param)
-
-        def struct(data: bytes, pos: int, base: int) -> dict[str, Any]:
-            start = base + int.from_bytes(_word(data, pos), "big") if dynamic else pos
-            out, at = {}, start
-            for (name, decode), size in zip(parts, sizes, strict=True):
-                out[name] = decode(data, at, start)
-                at += size
-            return out
-
-        return struct
-    if kind == "address":
-        return lambda data, pos, _: "0x" + _word(data, pos)[12:].hex()
-    if kind == "bool":
-        return lambda data, pos, _: _word(data, pos) != bytes(32)
-    if kind.startswith("uint"):
-        return lambda data, pos, _: int.from_bytes(_word(data, pos), "big")
-    if kind.startswith("int"):
-        return lambda data, pos, _: int.from_bytes(_word(data, pos), "big", signed=True)
-    if kind.startswith("bytes") and kind[5:].isdigit():
-        length = int(kind[5:])
-        return lambda data, pos, _: "0x" + _word(data, pos)[:length].hex()
-    raise _Unsupported(kind)
-
-
-def _result_decoder(fn: AbiFunction) -> Callable[[str], Any]:
-    """Like ``fn.decode_result`` (addresses lower-case), falling back to it when unsupported."""
-    try:
-        outputs = [
-            (_decoder(o), 32 if _is_dynamic(o) else _static_size(o)) for o in fn.abi["outputs"]
-        ]
-    except _Unsupported:
-        return fn.decode_result
-
-    def decode(result: str) -> Any:
-        data = bytes.fromhex(result.removeprefix("0x"))
-        values, at = [], 0
-        for decoder, size in outputs:
-            values.append(decoder(data, at, 0))
-            at += size
-        return values[0] if len(values) == 1 else values
-
-    return decode
-
-
-def _log_decoder(event: AbiEvent) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """Like ``event.decode_log`` (addresses lower-case), falling back to it when unsupported."""
-    inputs = event.abi["inputs"]
-    try:
-        indexed = [(i["name"], _decoder(i)) for i in inputs if i["indexed"]]
-        plain = [(i["name"], _decoder(i), _static_size(i)) for i in inputs if not i["indexed"]]
-        if any(_is_dynamic(i) for i in inputs):
-            raise _Unsupported("dynamic event parameter")
-    except _Unsupported:
-        return event.decode_log
-
-    def decode(log: dict[str, Any]) -> dict[str, Any]:
-        args: dict[str, Any] = {}
-        topics = log["topics"][1:]
-        if len(topics) != len(indexed):
-            raise ValueError(f"expected {len(indexed)} indexed topics, got {len(topics)}")
-        for (name, decoder), topic in zip(indexed, topics, strict=True):
-            args[name] = decoder(bytes.fromhex(topic.removeprefix("0x")), 0, 0)
-        data = bytes.fromhex(log["data"].removeprefix("0x"))
-        at = 0
-        for name, decoder, size in plain:
-            args[name] = decoder(data, at, 0)
-            at += size
-        return args
-
-    return decode
-
-
 class IndexerEngine:
     def __init__(
         self,
@@ -224,9 +95,6 @@ class IndexerEngine:
         )
         self.get_state = self.project_abi.functions["getProjectState"]
         self.get_allowlist = self.project_abi.functions["allowlist"]
-        self._decode_created = _log_decoder(self.created_event)
-        self._decode_state = _result_decoder(self.get_state)
-        self._decode_allowlist = _result_decoder(self.get_allowlist)
         self._known: set[str] | None = None
         self._lag_alerting = False
 
@@ -329,7 +197,7 @@ class IndexerEngine:
             address = entry["address"].lower()
             topic0 = entry["topics"][0] if entry["topics"] else None
             if address == self.registry and topic0 == self.created_event.topic0:
-                args = self._decode_created(entry)
+                args = self.created_event.decode_log(entry, checksum_addresses=False)
                 project = args["project"].lower()
                 creations[project] = ProjectCreation(
                     project_address=project,
@@ -376,8 +244,10 @@ class IndexerEngine:
             if creation is None:
                 log.warning("event from a project never created", extra={"project": address})
                 continue
-            state = self._decode_state(results[1 + 2 * i])
-            allowlist = self._decode_allowlist(results[2 + 2 * i])
+            state = self.get_state.decode_result(results[1 + 2 * i], checksum_addresses=False)
+            allowlist = self.get_allowlist.decode_result(
+                results[2 + 2 * i], checksum_addresses=False
+            )
             project, milestones = project_rows(address, state, allowlist)
             snapshots.append((project, milestones, creation))
         return snapshots, block_info
