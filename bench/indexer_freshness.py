@@ -38,7 +38,6 @@ import os
 import platform
 import random
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -69,6 +68,7 @@ from marketplace.chain.devnet_client.client import (  # noqa: E402
 from marketplace.chain.rpc import JsonRpcClient  # noqa: E402
 from marketplace.config import Settings  # noqa: E402
 from marketplace.embedded.postgres import EmbeddedPostgres  # noqa: E402
+from marketplace.embedded.procs import free_port  # noqa: E402
 from marketplace.embedded.redis import EmbeddedRedis  # noqa: E402
 from marketplace.indexer.engine import IndexerConfig, IndexerEngine  # noqa: E402
 from marketplace.storage.migrations import migrate_dsn  # noqa: E402
@@ -82,12 +82,6 @@ BIDDER = 4
 MODES = ("direct", "subscription", "polling")
 
 log = logging.getLogger("bench.freshness")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # --- the measured transactions ----------------------------------------------------------------

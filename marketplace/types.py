@@ -14,6 +14,7 @@ BYTES32_PATTERN = r"^0x[0-9a-fA-F]{64}$"
 DECIMAL_PATTERN = r"^(0|[1-9][0-9]*)$"
 HEX_SIGNATURE_PATTERN = r"^0x[0-9a-fA-F]+$"
 ZERO_BYTES32 = "0x" + "0" * 64
+ZERO_ADDRESS = "0x" + "0" * 40
 
 
 @lru_cache(maxsize=65_536)

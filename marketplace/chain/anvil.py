@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -18,6 +17,8 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import IO
+
+from marketplace.embedded.procs import free_port
 
 ANVIL_BIN_ENV = "MARKETPLACE_ANVIL_BIN"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -49,12 +50,6 @@ def find_anvil_binary() -> Path:
         f"anvil not found: set {ANVIL_BIN_ENV}, run `npm install` at the repository root, "
         "or put anvil on PATH"
     )
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 class AnvilProcess:
@@ -122,7 +117,7 @@ class AnvilProcess:
             return self.rpc_url
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if not self.port:
-            self.port = _free_port(self.host)
+            self.port = free_port(self.host)
         env = dict(os.environ, HOME=str(self.data_dir))
         log = self.log_path.open("ab")
         try:

@@ -58,7 +58,13 @@ from marketplace.chain.devnet_client.client import (
     TxResult,
     parse_hash,
 )
-from marketplace.chain.devnet_client.enums import (
+from marketplace.chain.devnet_client.seed import (
+    DEFAULT_ACCOUNTS,
+    DEFAULT_BLOCK_GAS,
+    Seeder,
+    format_summary,
+)
+from marketplace.chain.enums import (
     DisputeOutcome,
     DisputePhase,
     DisputeReason,
@@ -66,12 +72,6 @@ from marketplace.chain.devnet_client.enums import (
     ProjectMode,
     ProjectStatus,
     label,
-)
-from marketplace.chain.devnet_client.seed import (
-    DEFAULT_ACCOUNTS,
-    DEFAULT_BLOCK_GAS,
-    Seeder,
-    format_summary,
 )
 
 DEV_ROLES = {

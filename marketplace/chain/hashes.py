@@ -47,14 +47,8 @@ def metadata_hash(
     return _hex(keccak(preimage))
 
 
-def direct_config_hash(
-    title: str,
-    description: str | None,
-    repo_url: str | None,
-    project_mode: str,
-    bidding_access: str,
-) -> str:
-    return metadata_hash(title, description, repo_url, project_mode, bidding_access)
+# Direct mode: the configHash is the metadata hash itself.
+direct_config_hash = metadata_hash
 
 
 def intent_hash(user_id: uuid.UUID, intent_id: uuid.UUID, intent_nonce: str | bytes) -> str:

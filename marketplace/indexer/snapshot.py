@@ -12,16 +12,25 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-PROJECT_STATUSES = ("draft", "bidding", "building", "dispute", "complete", "failed")
-MILESTONE_STATUSES = ("pending", "submitted", "approved", "rejected", "disputed", "attested")
-PROJECT_MODES = ("standard", "challenge")
-BIDDING_ACCESS = ("invite_only", "open")
-# On-chain DisputePhase: None, Challenged, VerifierVerdict, MultisigOverride, Finalized. The read
-# model only knows the two active phases; a resolved dispute has no phase.
-DISPUTE_PHASES = (None, "challenged", "verifier_verdict", None, None)
-DISPUTE_REASONS = ("deadline_missed", "low_quality", "owner_inaction")
-ZERO_ADDRESS = "0x" + "0" * 40
-ZERO_HASH = "0x" + "0" * 64
+from marketplace.chain.enums import (
+    BiddingAccess,
+    DisputePhase,
+    DisputeReason,
+    MilestoneStatus,
+    ProjectMode,
+    ProjectStatus,
+    label,
+)
+from marketplace.types import ZERO_ADDRESS, ZERO_BYTES32
+
+PROJECT_STATUSES = tuple(label(m) for m in ProjectStatus)
+MILESTONE_STATUSES = tuple(label(m) for m in MilestoneStatus)
+PROJECT_MODES = tuple(label(m) for m in ProjectMode)
+BIDDING_ACCESS = tuple(label(m) for m in BiddingAccess)
+DISPUTE_REASONS = tuple(label(m) for m in DisputeReason)
+# The read model only knows the two active dispute phases; a resolved dispute has no phase.
+ACTIVE_DISPUTE_PHASES = (DisputePhase.CHALLENGED, DisputePhase.VERIFIER_VERDICT)
+DISPUTE_PHASES = tuple(label(m) if m in ACTIVE_DISPUTE_PHASES else None for m in DisputePhase)
 USDC_UNIT = 10**6
 
 
@@ -36,7 +45,7 @@ def _address(value: str) -> str | None:
 
 def _hash(value: str) -> str | None:
     lowered = value.lower()
-    return None if lowered == ZERO_HASH else lowered
+    return None if lowered == ZERO_BYTES32 else lowered
 
 
 def _time(unix: int) -> datetime | None:

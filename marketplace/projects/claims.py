@@ -182,13 +182,12 @@ async def _check_intent(
 
 
 def _same_claim(existing: asyncpg.Record, payload: dict[str, Any], config_hash: str) -> bool:
-    meta = payload["metadata"]
+    # The configHash covers every metadata field (and, in intent mode, the intent), so equal
+    # hashes from the same user and transaction mean the same claim.
     return (
         str(existing["claimed_by"]) == payload["userId"]
         and existing["config_hash"] == config_hash
         and existing["tx_hash"] == payload["txHash"].lower()
-        and existing["claim_mode"] == payload["mode"]
-        and existing["title"] == meta["title"]
     )
 
 

@@ -11,16 +11,19 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
-from functools import lru_cache
 from typing import Any, TypeVar
 
-from eth_utils import to_checksum_address
+import asyncpg
 from pydantic import BaseModel
 
 from marketplace.projects.models import MilestoneReadModel, ProjectReadModel, ProjectStatus
+from marketplace.storage.repositories import projects as projects_repo
 from marketplace.storage.repositories.projects import CHALLENGE_FALLBACK_SECONDS
+from marketplace.types import checksum_address
 
 __all__ = [
     "CHALLENGE_FALLBACK_SECONDS",
@@ -29,6 +32,7 @@ __all__ = [
     "effective_status",
     "encode_cursor",
     "milestone_model",
+    "project_for_viewer",
     "project_model",
     "viewer_can_edit_metadata",
 ]
@@ -86,10 +90,8 @@ def effective_status(row: Mapping[str, Any], now: int) -> ProjectStatus:
 # models, so a mapping slip still fails loudly there.
 
 
-@lru_cache(maxsize=65_536)
-def checksum(address: str) -> str:
-    """EIP-55 form of a lower-case address (memoised: owners and builders repeat a lot)."""
-    return to_checksum_address(address)
+# EIP-55 form of a lower-case address (memoised: owners and builders repeat a lot).
+checksum = checksum_address
 
 
 def _address(value: str | None) -> str | None:
@@ -264,3 +266,15 @@ def decode_cursor(cursor: str) -> tuple[int, int]:
     ):
         raise ValueError("malformed cursor")
     return block, log_index
+
+
+async def project_for_viewer(
+    conn: asyncpg.Pool | asyncpg.Connection, viewer: uuid.UUID | None, project_address: str
+) -> ProjectReadModel | None:
+    """The project as ``viewer`` (None: anonymous) may see it, or None when it is unknown or
+    hidden; ``viewerCanEditMetadata`` is set only for an authenticated viewer."""
+    row = await projects_repo.get_project(conn, viewer=viewer, project_address=project_address)
+    if row is None:
+        return None
+    can_edit = viewer_can_edit_metadata(row) if viewer is not None else None
+    return project_model(row, int(time.time()), viewer_can_edit=can_edit)

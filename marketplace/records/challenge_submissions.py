@@ -28,9 +28,9 @@ from marketplace.records.errors import (
     SubmissionHashMismatch,
 )
 from marketplace.storage.repositories import challenge_submissions as repo
+from marketplace.types import ZERO_BYTES32
 
 CHALLENGE_SUBMISSION_OF = ContractAbi.load("MarketplaceProject").functions["challengeSubmissionOf"]
-ZERO_HASH = "0x" + "0" * 64
 
 
 async def onchain_submission_hash(ctx: ShardContext, project_address: str, submitter: str) -> str:
@@ -81,7 +81,7 @@ async def upsert_challenge_submission(
         if onchain != submission_hash:
             detail = (
                 "the submitter has no on-chain submission"
-                if onchain == ZERO_HASH
+                if onchain == ZERO_BYTES32
                 else "it differs from the submitter's on-chain submission hash"
             )
             raise SubmissionHashMismatch(f"submissionHash does not match the chain: {detail}")

@@ -1,28 +1,16 @@
 """Client-side driver of the marketplace contracts.
 
-- :mod:`.enums`: the contracts' enumerations (``ProjectStatus``, ``MilestoneStatus``, ...).
-- :mod:`.signing`: EIP-712 signing for the verifier signer (attestations, challenge fallbacks)
-  and EIP-2612 permits. Pure functions, no node access: the production verifier imports these.
 - :mod:`.client`: :class:`~.client.DevnetClient`, which sends transactions from node-unlocked
   accounts as a client would, and :func:`~.client.locate_devnet` (the devnet of
   ``marketplace up``).
 - :mod:`.seed`: fills a devnet with projects in every status (``marketplace devnet seed``).
 
-The enums and signing helpers are re-exported here; the client and seeder import web3-free but
-heavier machinery and are imported from their modules.
+The contracts' enumerations (:mod:`marketplace.chain.enums`) and the EIP-712 signing helpers
+(:mod:`marketplace.chain.eip712`, also used by the production verifier) are re-exported here for
+convenience; the client and seeder are imported from their modules.
 """
 
-from marketplace.chain.devnet_client.enums import (
-    BiddingAccess,
-    DisputeOutcome,
-    DisputePhase,
-    DisputeReason,
-    MilestoneStatus,
-    ProjectMode,
-    ProjectStatus,
-    label,
-)
-from marketplace.chain.devnet_client.signing import (
+from marketplace.chain.eip712 import (
     ATTESTATION_TYPES,
     CHALLENGE_FALLBACK_TYPES,
     PERMIT_TYPES,
@@ -34,6 +22,16 @@ from marketplace.chain.devnet_client.signing import (
     sign_fallback,
     sign_permit,
     verifier_domain,
+)
+from marketplace.chain.enums import (
+    BiddingAccess,
+    DisputeOutcome,
+    DisputePhase,
+    DisputeReason,
+    MilestoneStatus,
+    ProjectMode,
+    ProjectStatus,
+    label,
 )
 
 __all__ = [

@@ -37,12 +37,12 @@ from marketplace.chain.deploy import (
     read_manifest,
 )
 from marketplace.chain.devnet import MANIFEST_FILE, RPC_URL_FILE
-from marketplace.chain.devnet_client.enums import (
+from marketplace.chain.eip712 import bytes32, sign_attestation
+from marketplace.chain.enums import (
     DisputeOutcome,
     DisputeReason,
     ProjectMode,
 )
-from marketplace.chain.devnet_client.signing import bytes32, sign_attestation
 
 USDC = 10**6
 HOUR = 3600

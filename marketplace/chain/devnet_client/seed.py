@@ -59,7 +59,8 @@ from marketplace.chain.devnet_client.client import (
     decode_revert,
     revert_data_of,
 )
-from marketplace.chain.devnet_client.enums import (
+from marketplace.chain.eip712 import sign_attestation
+from marketplace.chain.enums import (
     DisputeOutcome,
     DisputePhase,
     DisputeReason,
@@ -67,7 +68,6 @@ from marketplace.chain.devnet_client.enums import (
     ProjectStatus,
     label,
 )
-from marketplace.chain.devnet_client.signing import sign_attestation
 
 SEED_ACCOUNT_USDC = 10**9 * USDC
 SEED_ACCOUNT_ETH = 10_000 * 10**18

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from datetime import datetime
 from typing import Annotated, Literal
@@ -23,8 +22,7 @@ from marketplace.projects.claims import (
     patch_metadata,
 )
 from marketplace.projects.models import ProjectPath, ProjectReadModel
-from marketplace.projects.read_models import project_model, viewer_can_edit_metadata
-from marketplace.storage.repositories import projects as projects_repo
+from marketplace.projects.read_models import project_for_viewer
 from marketplace.types import Address, Bytes32, RequestModel, ResponseModel
 
 routes = RouteTable(tag="project-creation")
@@ -115,11 +113,7 @@ async def post_create_intent(
 
 async def _project_view(call: Call, address: str) -> ProjectReadModel | None:  # type: ignore[type-arg]
     viewer = call.principal.user_id if call.principal is not None else None
-    row = await projects_repo.get_project(call.pool, viewer=viewer, project_address=address)
-    if row is None:
-        return None
-    can_edit = viewer_can_edit_metadata(row) if viewer is not None else None
-    return project_model(row, int(time.time()), viewer_can_edit=can_edit)
+    return await project_for_viewer(call.pool, viewer, address)
 
 
 @routes.post(

@@ -22,8 +22,8 @@ from marketplace.projects.models import (
 from marketplace.projects.read_models import (
     decode_cursor,
     encode_cursor,
+    project_for_viewer,
     project_model,
-    viewer_can_edit_metadata,
 )
 from marketplace.storage.repositories import projects as projects_repo
 
@@ -95,13 +95,10 @@ async def list_projects(call: Call[None, ProjectListQuery, None]) -> ProjectList
 
 async def _visible_project(call: Call[None, None, ProjectPath]) -> ProjectReadModel:
     viewer = call.principal.user_id if call.principal is not None else None
-    row = await projects_repo.get_project(
-        call.pool, viewer=viewer, project_address=call.path.projectAddress.lower()
-    )
-    if row is None:
+    project = await project_for_viewer(call.pool, viewer, call.path.projectAddress.lower())
+    if project is None:
         raise NotFound(NOT_VISIBLE)
-    can_edit = viewer_can_edit_metadata(row) if viewer is not None else None
-    return project_model(row, int(time.time()), viewer_can_edit=can_edit)
+    return project
 
 
 @routes.get(
