@@ -98,6 +98,12 @@ class PayloadTooLarge(MarketplaceError):
     default_message = "request body too large"
 
 
+class HeaderTooLarge(MarketplaceError):
+    code = "request_header_fields_too_large"
+    status = 431
+    default_message = "a request header field or the request line is longer than the server accepts"
+
+
 class UnsupportedMediaType(MarketplaceError):
     code = "unsupported_media_type"
     status = 415

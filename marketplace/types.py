@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
-from typing import Annotated
+from typing import Annotated, Any
 
 from eth_utils import to_checksum_address
-from pydantic import AfterValidator, ConfigDict, Field
+from pydantic import AfterValidator, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic import BaseModel as _PydanticBaseModel
 
 ADDRESS_PATTERN = r"^0x[0-9a-fA-F]{40}$"
@@ -40,16 +41,115 @@ UnixSeconds = Annotated[str, Field(pattern=DECIMAL_PATTERN, description="Unix se
 HexSignature = Annotated[str, Field(pattern=HEX_SIGNATURE_PATTERN)]
 
 
+# --- input hygiene ------------------------------------------------------------------------------
+# Every string a client sends (body fields, free-form JSON keys and values, query and path
+# parameters) is checked once, by the request/query base models below, so no route can forget it.
+# C0 controls other than tab, line feed and carriage return, and DEL, have no business in any of
+# our text and confuse logs and terminals; NUL cannot even be stored in PostgreSQL text.
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# Bidirectional-text controls let a URI display differently from what it is (Trojan Source).
+BIDI_CONTROLS = r"\u200e\u200f\u202a-\u202e\u2066-\u2069"  # a regex character-class body
+# Free-form JSON objects (dispute evidence payloads, verifier evidence) are bounded in shape as
+# well as size: a deeply nested value breaks serializers far from where it was accepted.
+FREE_FORM_MAX_DEPTH = 32
+FREE_FORM_MAX_MEMBERS = 10_000
+
+
+def text_problem(value: str) -> str | None:
+    """Why ``value`` is not acceptable text, or None."""
+    match = _CONTROL_CHARACTERS.search(value)
+    if match is not None:
+        return f"must not contain control characters (found U+{ord(match.group()):04X})"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be valid Unicode (no lone surrogates)"
+    return None
+
+
+def check_json_value(
+    value: Any, *, max_depth: int | None = None, max_members: int | None = None
+) -> None:
+    """Raise ValueError for unacceptable text anywhere in ``value`` (keys included) or, when
+    limits are given, for nesting deeper than ``max_depth`` or more than ``max_members`` keys and
+    array items in all. Iterative, so no input can exhaust the interpreter's stack."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    members = 0
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, str):
+            problem = text_problem(node)
+            if problem is not None:
+                raise ValueError(problem)
+            continue
+        if isinstance(node, dict):
+            children: Any = node.values()
+            for key in node:
+                if isinstance(key, str) and (problem := text_problem(key)) is not None:
+                    raise ValueError(f"object key {problem}")
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            continue
+        if max_depth is not None and depth > max_depth:
+            raise ValueError(f"is nested more than {max_depth} levels deep")
+        members += len(node)
+        if max_members is not None and members > max_members:
+            raise ValueError(f"has more than {max_members} keys and array items in all")
+        stack.extend((child, depth + 1) for child in children)
+
+
+def _bounded_free_form(value: dict[str, Any]) -> dict[str, Any]:
+    check_json_value(value, max_depth=FREE_FORM_MAX_DEPTH, max_members=FREE_FORM_MAX_MEMBERS)
+    return value
+
+
+FreeFormObject = Annotated[
+    dict[str, Any],
+    Field(
+        description=(
+            f"a JSON object nested at most {FREE_FORM_MAX_DEPTH} levels deep (the object itself "
+            f"is level 1) with at most {FREE_FORM_MAX_MEMBERS} keys and array items in all"
+        ),
+        json_schema_extra={
+            "x-max-depth": FREE_FORM_MAX_DEPTH,
+            "x-max-members": FREE_FORM_MAX_MEMBERS,
+        },
+    ),
+    AfterValidator(_bounded_free_form),
+]
+
+
+def _checked_field(value: Any, info: ValidationInfo) -> Any:
+    # Nested models checked their own fields already; everything else is walked here.
+    if not isinstance(value, _PydanticBaseModel):
+        check_json_value(value)
+    return value
+
+
 class RequestModel(_PydanticBaseModel):
-    """A request body: unknown fields are refused so typos fail loudly instead of being ignored."""
+    """A request body: unknown fields are refused so typos fail loudly instead of being ignored.
+    Bodies are validated strictly from JSON (``true`` or ``"5"`` is not an integer), and every
+    string in them is checked by :func:`text_problem`."""
 
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
 
+    @field_validator("*", mode="after")
+    @classmethod
+    def _acceptable_text(cls, value: Any, info: ValidationInfo) -> Any:
+        return _checked_field(value, info)
+
 
 class QueryModel(_PydanticBaseModel):
-    """Query string parameters: unknown ones are ignored (cache busters, tracking parameters)."""
+    """Query string and path parameters: unknown ones are ignored (cache busters, tracking
+    parameters); every value's text is checked like a body's."""
 
     model_config = ConfigDict(extra="ignore")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _acceptable_text(cls, value: Any, info: ValidationInfo) -> Any:
+        return _checked_field(value, info)
 
 
 class ResponseModel(_PydanticBaseModel):

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,12 +22,14 @@ import asyncpg
 import pytest
 import ray
 import redis as redis_sync
+from aiohttp import web
 from pydantic import SecretStr
 
 from marketplace.auth import issue_session_token
 from marketplace.config import Settings
 from marketplace.embedded.postgres import EmbeddedPostgres
 from marketplace.embedded.redis import EmbeddedRedis
+from marketplace.http.server import JsonErrorsTestServer
 from marketplace.storage.migrations import migrate_dsn
 from marketplace.storage.repositories import users as users_repo
 
@@ -129,6 +131,19 @@ async def reset_state(servers: Servers) -> None:
 @pytest.fixture
 async def clean_state(servers: Servers) -> None:
     await reset_state(servers)
+
+
+@pytest.fixture
+def aiohttp_client(aiohttp_client: Any) -> Callable[..., Awaitable[Any]]:
+    """pytest-aiohttp's client, serving apps with our request handler (as `marketplace serve`
+    does), so errors of aiohttp's own HTTP parser come back as JSON here too."""
+
+    async def client_for(app_or_server: Any, **kwargs: Any) -> Any:
+        if isinstance(app_or_server, web.Application):
+            app_or_server = JsonErrorsTestServer(app_or_server)
+        return await aiohttp_client(app_or_server, **kwargs)
+
+    return client_for
 
 
 @pytest.fixture

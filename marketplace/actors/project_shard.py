@@ -32,6 +32,7 @@ from marketplace.actors.options import ActorSpec
 from marketplace.actors.runtime import ActorRuntime, stable_shard
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
+from marketplace.interpreter import pin_recursion_limit
 from marketplace.storage.pool import create_pool
 
 
@@ -55,6 +56,7 @@ ShardOperation = Callable[[ShardContext, str, dict[str, Any]], Awaitable[dict[st
 
 class ProjectShard:
     def __init__(self, settings: dict[str, Any], shard_index: int) -> None:
+        pin_recursion_limit()
         self.settings = Settings(**settings)
         self.database_url: str = settings["database_url"]
         self.shard_index = shard_index

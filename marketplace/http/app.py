@@ -24,6 +24,7 @@ from marketplace.http.middlewares import request_context
 from marketplace.http.ratelimit import RateLimiter
 from marketplace.http.routes import discover
 from marketplace.http.routing import Route, RouteTable, make_endpoint
+from marketplace.interpreter import pin_recursion_limit
 from marketplace.logs import AccessLog
 from marketplace.storage.pool import create_pool
 
@@ -113,4 +114,5 @@ def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> w
     for route in routes:
         app.router.add_route(route.method, route.path, make_endpoint(route), name=route.name)
     app[ROUTES] = routes
+    pin_recursion_limit()
     return app

@@ -14,7 +14,6 @@ serialise its response model.
 from __future__ import annotations
 
 import enum
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from typing import Any, Generic, TypeVar, get_args, get_origin
 
 import asyncpg
 import redis.asyncio as aioredis
-from aiohttp import web
+from aiohttp import hdrs, web
 from pydantic import BaseModel, ValidationError
 
 from marketplace.auth import (
@@ -39,6 +38,7 @@ from marketplace.errors import (
     InvalidRequest,
     MarketplaceError,
     Unauthorized,
+    UnsupportedMediaType,
 )
 from marketplace.http import keys
 from marketplace.storage.repositories import users as users_repo
@@ -239,15 +239,19 @@ def _details(exc: ValidationError, location: str) -> list[dict[str, Any]]:
     return details
 
 
+def _invalid(exc: ValidationError, location: str) -> InvalidRequest:
+    details = _details(exc, location)
+    fields = ", ".join(
+        f"{d['location']}.{d['field']}" if d["field"] else d["location"] for d in details
+    )
+    return InvalidRequest(f"invalid {location}: {fields}", details)
+
+
 def _validate(model: type[BaseModel], data: Any, location: str) -> BaseModel:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        details = _details(exc, location)
-        fields = ", ".join(
-            f"{d['location']}.{d['field']}" if d["field"] else d["location"] for d in details
-        )
-        raise InvalidRequest(f"invalid {location}: {fields}", details) from None
+        raise _invalid(exc, location) from None
 
 
 def _query_data(request: web.Request, model: type[BaseModel]) -> dict[str, Any]:
@@ -268,14 +272,32 @@ def _query_data(request: web.Request, model: type[BaseModel]) -> dict[str, Any]:
     return data
 
 
-async def _read_body(request: web.Request) -> Any:
-    raw = await request.read()
+def _is_json_media_type(content_type: str) -> bool:
+    main, _, sub = content_type.partition("/")
+    return main == "application" and (sub == "json" or sub.endswith("+json"))
+
+
+async def _validate_body(request: web.Request, model: type[BaseModel]) -> BaseModel:
+    """Parse and validate the body in one step with pydantic's JSON parser.
+
+    Its parser is not recursive in Python, bounds nesting itself and refuses numbers out of
+    range, so no body within the size limit can exhaust a stack or turn into a 500. Validation is
+    strict: JSON ``true`` or ``"5"`` is not an integer. An empty body counts as ``{}``.
+    """
+    raw = await request.read()  # decompressed; aiohttp enforces client_max_size on the result
     if not raw.strip():
-        return {}
+        raw = b"{}"
+    elif not _is_json_media_type(request.content_type) or hdrs.CONTENT_TYPE not in request.headers:
+        raise UnsupportedMediaType(
+            f"request bodies must be application/json, not {request.content_type!r}"
+        )
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+        return model.model_validate_json(raw, strict=True)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+        if errors and errors[0]["type"] == "json_invalid":
+            raise InvalidRequest(f"request body is not valid JSON: {errors[0]['msg']}") from None
+        raise _invalid(exc, "body") from None
 
 
 # --- the adapter ------------------------------------------------------------------------------
@@ -295,7 +317,7 @@ def make_endpoint(route: Route) -> Callable[[web.Request], Awaitable[web.StreamR
         if route.query is not None:
             call.query = _validate(route.query, _query_data(request, route.query), "query")
         if route.body is not None:
-            call.body = _validate(route.body, await _read_body(request), "body")
+            call.body = await _validate_body(request, route.body)
         result = await route.handler(call)
         return render(route, result)
 

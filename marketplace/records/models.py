@@ -12,9 +12,13 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Discriminator, Field, RootModel, Tag
 
 from marketplace.types import (
+    BIDI_CONTROLS,
+    FREE_FORM_MAX_DEPTH,
+    FREE_FORM_MAX_MEMBERS,
     ZERO_BYTES32,
     Address,
     Bytes32,
+    FreeFormObject,
     QueryModel,
     RequestModel,
     ResponseModel,
@@ -24,25 +28,13 @@ ARTIFACT_URI_MAX = 1024
 NOTES_MAX = 4000
 EVIDENCE_PAYLOAD_MAX_BYTES = 64_000
 MILESTONE_INDEX_MAX = 65_535
-# https:// or ipfs:// (lower-case scheme, as the spec writes it), then no whitespace or control
-# characters. The pattern is written so JSON Schema (ECMA) and pydantic (Rust) read it alike.
-ARTIFACT_URI_PATTERN = r"^(https|ipfs)://[^\s\x00-\x1f\x7f]+$"
+# https:// or ipfs:// (lower-case scheme, as the spec writes it), then no whitespace, control or
+# bidirectional-text characters. Written so JSON Schema (ECMA) and pydantic (Rust) read it alike.
+ARTIFACT_URI_PATTERN = rf"^(https|ipfs)://[^\s\x00-\x1f\x7f{BIDI_CONTROLS}]+$"
 
 
 def _omit_none(value: object) -> bool:
     return value is None
-
-
-def _storable_text(value: str) -> str:
-    # PostgreSQL text is UTF-8 without U+0000: refuse what it cannot store (NUL, and lone
-    # surrogates that JSON escapes like "\ud800" can carry) as a validation error, not a 503.
-    if "\x00" in value:
-        raise ValueError("must not contain the NUL character (U+0000)")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("must be valid Unicode (no lone surrogates)") from None
-    return value
 
 
 def _non_zero(value: str) -> str:
@@ -62,8 +54,6 @@ def _payload_within_limit(payload: dict[str, Any]) -> dict[str, Any]:
         size = evidence_payload_size(payload)
     except ValueError as exc:  # NaN / Infinity: not JSON
         raise ValueError(f"must be plain JSON: {exc}") from None
-    except RecursionError:
-        raise ValueError("is nested too deeply") from None
     if size > EVIDENCE_PAYLOAD_MAX_BYTES:
         raise ValueError(
             f"serializes to {size} bytes of UTF-8 JSON; at most {EVIDENCE_PAYLOAD_MAX_BYTES}"
@@ -79,21 +69,18 @@ ArtifactUri = Annotated[
         description="`https://` or `ipfs://` URI, at most 1024 characters",
         examples=["ipfs://bafybeigdyrzt5sfp7udm7hu76uh7y26nf3efuylqabf3oclgtqy55fbzdi"],
     ),
-    AfterValidator(_storable_text),
 ]
-Notes = Annotated[
-    str,
-    Field(max_length=NOTES_MAX, description="at most 4000 characters"),
-    AfterValidator(_storable_text),
-]
+Notes = Annotated[str, Field(max_length=NOTES_MAX, description="at most 4000 characters")]
 NonZeroBytes32 = Annotated[Bytes32, AfterValidator(_non_zero)]
 MilestoneIndex = Annotated[int, Field(ge=0, le=MILESTONE_INDEX_MAX)]
 EvidencePayload = Annotated[
-    dict[str, Any],
+    FreeFormObject,
     Field(
         description=(
             "a JSON object; its compact UTF-8 serialization (no spaces, non-ASCII as UTF-8) is "
-            "at most 64000 bytes"
+            f"at most 64000 bytes, it is nested at most {FREE_FORM_MAX_DEPTH} levels deep (the "
+            f"object itself is level 1) and has at most {FREE_FORM_MAX_MEMBERS} keys and array "
+            "items in all"
         )
     ),
     AfterValidator(_payload_within_limit),

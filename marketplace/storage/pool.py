@@ -3,14 +3,52 @@
 from __future__ import annotations
 
 import json
+import logging
+import re
+from typing import Any
 
 import asyncpg
+
+log = logging.getLogger(__name__)
+
+# Stored JSON is validated on the way in (free-form objects are at most 32 levels deep), but a
+# read must not fail because of what some older code or a manual edit stored: a value nested
+# deeper than this is withheld (decoded as null, with a warning) instead of failing every read
+# of its row. Far above any accepted value, far below what would strain a serializer.
+STORED_JSON_MAX_DEPTH = 64
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def json_nesting_depth(text: str) -> int:
+    """Deepest nesting of arrays and objects in a JSON text (without recursion)."""
+    depth = deepest = 0
+    for match in _JSON_BRACKET.finditer(_JSON_STRING.sub("", text)):
+        if match.group() in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def decode_stored_json(text: str) -> Any:
+    # Counting brackets is a C-speed upper bound on the depth: the scan runs only when needed.
+    if (
+        text.count("[") + text.count("{") > STORED_JSON_MAX_DEPTH
+        and json_nesting_depth(text) > STORED_JSON_MAX_DEPTH
+    ):
+        log.warning(
+            "stored JSON value nested deeper than %d levels withheld", STORED_JSON_MAX_DEPTH
+        )
+        return None
+    return json.loads(text)
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
     for type_name in ("json", "jsonb"):
         await conn.set_type_codec(
-            type_name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
+            type_name, encoder=json.dumps, decoder=decode_stored_json, schema="pg_catalog"
         )
 
 
