@@ -67,6 +67,27 @@ class NoApiKeys:
 class SessionClaims:
     user_id: uuid.UUID
     email_verified: bool
+    # `iat`: orders the tokens of one user, so the newest one's flags win wherever it is seen.
+    issued_at: int
+
+
+# What a client learns about a refused token: a category, never the library's own wording.
+_TOKEN_ERRORS: tuple[tuple[type[Exception], str], ...] = (
+    (jwt.ExpiredSignatureError, "session token expired"),
+    (jwt.ImmatureSignatureError, "session token is not valid yet (iat or nbf in the future)"),
+    (jwt.InvalidAudienceError, "session token audience is not accepted"),
+    (jwt.InvalidIssuerError, "session token issuer is not accepted"),
+    (jwt.InvalidAlgorithmError, "session token algorithm is not accepted"),
+    (jwt.InvalidSignatureError, "session token signature does not verify"),
+    (jwt.PyJWKClientError, "session token signing key is unknown"),
+    (jwt.DecodeError, "session token is malformed"),
+)
+_NUMERIC_DATE_CLAIMS = ("exp", "iat", "nbf")
+
+
+def _is_numeric_date(value: object) -> bool:
+    # RFC 7519 NumericDate is a JSON number; PyJWT would also take "1700000000" or true.
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 class SessionVerifier:
@@ -76,6 +97,7 @@ class SessionVerifier:
         self._issuer = settings.jwt_issuer
         self._audience = settings.jwt_audience
         self._leeway = settings.jwt_leeway_seconds
+        self._max_ttl = settings.jwt_max_ttl_seconds
         self._jwks: jwt.PyJWKClient | None = None
         self._key: str | None = None
         if settings.jwt_secret is not None:
@@ -109,19 +131,41 @@ class SessionVerifier:
                 issuer=self._issuer,
                 leeway=self._leeway,
                 options={
-                    "require": ["exp", "sub"],
+                    "require": ["exp", "iat", "sub"],
                     "verify_aud": self._audience is not None,
                 },
             )
-        except jwt.ExpiredSignatureError as exc:
-            raise Unauthorized("session token expired") from exc
+        except jwt.MissingRequiredClaimError as exc:
+            raise Unauthorized(f"session token lacks the required claim {exc.claim!r}") from exc
         except (jwt.PyJWTError, ValueError) as exc:
-            raise Unauthorized(f"invalid session token: {exc}") from exc
+            message = next(
+                (text for cls, text in _TOKEN_ERRORS if isinstance(exc, cls)),
+                "session token is invalid",
+            )
+            raise Unauthorized(message) from exc
+        return self._checked_claims(claims)
+
+    def _checked_claims(self, claims: dict[str, object]) -> SessionClaims:
+        # With exp checked by PyJWT, a bounded exp - iat also bounds how old an accepted iat is.
+        for name in _NUMERIC_DATE_CLAIMS:
+            if name in claims and not _is_numeric_date(claims[name]):
+                raise Unauthorized(f"session token claim {name!r} must be a JSON number")
+        issued_at, expires_at = float(claims["iat"]), float(claims["exp"])  # type: ignore[arg-type]
+        if expires_at - issued_at > self._max_ttl:
+            raise Unauthorized(
+                f"session token lifetime (exp - iat) exceeds {self._max_ttl} seconds"
+            )
         try:
             user_id = uuid.UUID(str(claims["sub"]))
         except ValueError as exc:
             raise Unauthorized("session token subject is not a uuid") from exc
-        return SessionClaims(user_id=user_id, email_verified=claims.get("email_verified") is True)
+        if user_id.int == 0:
+            raise Unauthorized("session token subject is the nil uuid")
+        return SessionClaims(
+            user_id=user_id,
+            email_verified=claims.get("email_verified") is True,
+            issued_at=int(issued_at),
+        )
 
 
 def issue_session_token(

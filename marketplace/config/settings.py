@@ -44,6 +44,8 @@ class Settings(BaseSettings):
     jwt_issuer: str | None = None
     jwt_audience: str | None = None
     jwt_leeway_seconds: int = Field(default=30, ge=0)
+    # Longest session a token may carry (exp - iat), and the oldest `iat` accepted.
+    jwt_max_ttl_seconds: int = Field(default=86_400, ge=60)
     scheduler_secret: SecretStr | None = None
 
     legal_acceptance_mode: LegalAcceptanceMode = LegalAcceptanceMode.IMPLICIT
@@ -66,8 +68,11 @@ class Settings(BaseSettings):
     # --- identity (wallet links, API keys, legal assent); see docs/identity.md -----------------
     # Lifetime of a wallet-link challenge.
     wallet_challenge_ttl_seconds: int = Field(default=600, ge=10, le=86_400)
-    # `domain` shown in the sign-in message; empty: host of public_base_url, else the request Host.
+    # `domain` shown in the sign-in message; empty: host of public_base_url, else the configured
+    # listen address (never the request's Host header).
     wallet_link_domain: str = ""
+    # Chain ids a wallet-link challenge may name; empty: the configured chain only.
+    wallet_link_chain_ids: list[int] = Field(default_factory=list)
     # Required legal document versions, {documentType: version}; a type left out requires its
     # newest version file. Every entry must name a shipped document file.
     legal_required_versions: dict[str, str] = Field(default_factory=dict)
@@ -124,6 +129,18 @@ class Settings(BaseSettings):
         for rate in value.values():
             parse_rate(rate)
         return value
+
+    @property
+    def accepted_wallet_link_chain_ids(self) -> list[int]:
+        return self.wallet_link_chain_ids or [self.chain_id]
+
+    @property
+    def listen_address(self) -> str:
+        """host:port this server is configured to listen on, as a client would address it."""
+        host = "localhost" if self.host in ("", "0.0.0.0", "::") else self.host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{host}:{self.port}"
 
     @property
     def dev_secret_path(self) -> Path:

@@ -11,13 +11,16 @@ from pydantic.json_schema import models_json_schema
 from marketplace import API_VERSION
 from marketplace.errors import (
     EmailNotVerified,
+    Forbidden,
     InvalidRequest,
     LegalAcceptanceRequired,
     MarketplaceError,
     PayloadTooLarge,
+    PrincipalMismatch,
     RateLimited,
     ServiceUnavailable,
     Unauthorized,
+    UnsupportedMediaType,
 )
 from marketplace.http.routing import AuthMode, Route
 from marketplace.types import ResponseModel
@@ -75,9 +78,11 @@ def _errors_of(route: Route) -> list[type[MarketplaceError]]:
     if route.body or route.query or route.path_params:
         errors.append(InvalidRequest)
     if route.body:
-        errors.append(PayloadTooLarge)
+        errors.extend((PayloadTooLarge, UnsupportedMediaType))
     if route.auth is not AuthMode.NONE:
-        errors.append(Unauthorized)
+        errors.extend((Unauthorized, PrincipalMismatch))
+    if route.auth is AuthMode.SESSION:
+        errors.append(Forbidden)  # an agent key on a session-only route
     if route.guarded:
         errors.extend((EmailNotVerified, LegalAcceptanceRequired))
     if route.rate_limited:

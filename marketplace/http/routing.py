@@ -26,7 +26,6 @@ from pydantic import BaseModel, ValidationError
 
 from marketplace.auth import (
     Principal,
-    PrincipalKind,
     bearer_token,
     combine_principals,
     is_scheduler_token,
@@ -37,6 +36,7 @@ from marketplace.errors import (
     Forbidden,
     InvalidRequest,
     MarketplaceError,
+    PrincipalMismatch,
     Unauthorized,
     UnsupportedMediaType,
 )
@@ -201,6 +201,9 @@ async def authenticate(request: web.Request, route: Route) -> tuple[Principal | 
         else:
             session = await app[keys.SESSION_VERIFIER].verify(token)
     key = None
+    if is_scheduler and key_secret is not None:
+        # The scheduler is not a user: there is no user for the two carriers to agree on.
+        raise PrincipalMismatch("the scheduler token cannot be combined with an agent API key")
     if key_secret is not None:
         key = await app[keys.API_KEY_RESOLVER].resolve(key_secret.strip())
         if key is None:
@@ -219,9 +222,9 @@ async def authenticate(request: web.Request, route: Route) -> tuple[Principal | 
         raise Unauthorized()
     if mode is AuthMode.SESSION and principal is not None and not principal.has_session:
         raise Forbidden("this action needs a signed-in session; agent API keys cannot do it")
-    if principal is not None and principal.kind is PrincipalKind.SESSION:
+    if session is not None:
         await users_repo.remember_session(
-            app[keys.PG_POOL], principal.user_id, principal.email_verified
+            app[keys.PG_POOL], session.user_id, session.email_verified, session.issued_at
         )
     return principal, is_scheduler
 

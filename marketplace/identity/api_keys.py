@@ -130,10 +130,10 @@ class DatabaseApiKeyResolver:
 
 
 def _owned(row: asyncpg.Record | None, user_id: uuid.UUID) -> asyncpg.Record:
-    if row is None:
+    # Someone else's key answers exactly like a key that does not exist: a key id must not be
+    # confirmable by anyone but its owner.
+    if row is None or row["user_id"] != user_id:
         raise ApiKeyNotFound()
-    if row["user_id"] != user_id:
-        raise Forbidden("this API key belongs to another user")
     return row
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
@@ -103,13 +104,29 @@ def new_nonce() -> str:
     return secrets.token_hex(16)
 
 
-def message_domain(configured: str, public_base_url: str, request_host: str) -> tuple[str, str]:
-    """The (domain, uri) to name in the message: configured, else public URL, else request."""
+def message_domain(configured: str, public_base_url: str, listen_address: str) -> tuple[str, str]:
+    """The (domain, uri) to name in the message: the configured domain, else the public base
+    URL's host, else the address this server is configured to listen on. Never the request's
+    Host header: a client must not choose which site the user is told it signs in to."""
     if configured:
-        return configured, f"https://{configured}"
+        return configured, public_base_url or f"https://{configured}"
     if public_base_url:
         return urlsplit(public_base_url).netloc or public_base_url, public_base_url
-    return request_host, f"http://{request_host}"
+    return listen_address, f"http://{listen_address}"
+
+
+class ChainNotAccepted(MarketplaceError):
+    code = "chain_not_accepted"
+    status = 400
+    default_message = "wallet links are not accepted for this chain id"
+
+
+def check_chain_id(chain_id: int, accepted: Iterable[int]) -> None:
+    allowed = sorted(set(accepted))
+    if chain_id not in allowed:
+        raise ChainNotAccepted(
+            f"chainId {chain_id} is not accepted here; accepted: {', '.join(map(str, allowed))}"
+        )
 
 
 def build_message(

@@ -23,7 +23,8 @@ import asyncpg
 from marketplace.actors.project_shard import ShardContext
 from marketplace.chain.abi import ContractAbi
 from marketplace.chain.hashes import direct_config_hash, intent_config_hash
-from marketplace.errors import Conflict, Forbidden, NotFound, ServiceUnavailable
+from marketplace.errors import Conflict, Forbidden, ServiceUnavailable
+from marketplace.records.access import caller_wallets, visible_project
 from marketplace.storage.repositories import claims as repo
 from marketplace.storage.repositories import wallet_links
 
@@ -269,14 +270,15 @@ async def patch_metadata(
 ) -> dict[str, Any]:
     user_id = uuid.UUID(payload["userId"])
     async with ctx.pool.acquire() as conn, conn.transaction():
-        indexed = await repo.indexed_project(conn, project)
-        if indexed is None:
-            raise NotFound("project not indexed yet")
-        if not await wallet_links.is_active_link(conn, user_id, indexed["owner_address"]):
+        wallets = await caller_wallets(conn, user_id)
+        # Not indexed yet and hidden from the caller answer the same 404: the route must not
+        # reveal that an invite-only project exists.
+        indexed = await visible_project(conn, project, wallets)
+        if indexed.owner not in wallets:
             raise Forbidden("only the project owner (an active link to the owner wallet) may edit")
         if await repo.metadata(conn, project) is None:
             raise ProjectNotClaimed()
-        if indexed["status"] not in EDITABLE_STATUSES:
+        if indexed.status not in EDITABLE_STATUSES:
             raise MetadataLocked()
         await repo.update_metadata(conn, project, payload["title"], payload.get("description"))
     return {"projectAddress": project}

@@ -71,7 +71,14 @@ ArtifactUri = Annotated[
     ),
 ]
 Notes = Annotated[str, Field(max_length=NOTES_MAX, description="at most 4000 characters")]
-NonZeroBytes32 = Annotated[Bytes32, AfterValidator(_non_zero)]
+NonZeroBytes32 = Annotated[
+    Bytes32,
+    Field(
+        description="bytes32 that is not all zeros",
+        json_schema_extra={"not": {"const": ZERO_BYTES32}},
+    ),
+    AfterValidator(_non_zero),
+]
 MilestoneIndex = Annotated[int, Field(ge=0, le=MILESTONE_INDEX_MAX)]
 EvidencePayload = Annotated[
     FreeFormObject,

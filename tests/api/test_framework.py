@@ -65,7 +65,8 @@ async def test_token_without_exp_or_with_non_uuid_subject_is_refused(probe_clien
     no_exp = jwt.encode({"sub": str(uuid.uuid4())}, JWT_SECRET, algorithm="HS256")
     resp = await probe_client.get("/v1/_probe/auth/either", headers=bearer(no_exp))
     assert resp.status == 401
-    bad_sub = jwt.encode({"sub": "alice", "exp": int(time.time()) + 60}, JWT_SECRET, "HS256")
+    now = int(time.time())
+    bad_sub = jwt.encode({"sub": "alice", "iat": now, "exp": now + 60}, JWT_SECRET, "HS256")
     resp = await probe_client.get("/v1/_probe/auth/either", headers=bearer(bad_sub))
     assert resp.status == 401
     assert "uuid" in (await resp.json())["message"]

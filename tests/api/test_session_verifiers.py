@@ -21,7 +21,8 @@ pytestmark = pytest.mark.usefixtures("ray_cluster", "clean_state")
 
 
 def _claims(**extra: Any) -> dict[str, Any]:
-    return {"sub": str(uuid.uuid4()), "email_verified": True, "exp": int(time.time()) + 60, **extra}
+    now = int(time.time())
+    return {"sub": str(uuid.uuid4()), "email_verified": True, "iat": now, "exp": now + 60, **extra}
 
 
 def _pem(private_key: Any) -> str:

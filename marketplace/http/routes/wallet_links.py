@@ -55,19 +55,23 @@ async def list_wallet_links(call: Call[None, UserIdQuery, None]) -> WalletLinkLi
     auth=AuthMode.EITHER,
     response=WalletLinkChallengeResponse,
     body=WalletLinkChallengeRequest,
-    errors=(Forbidden,),
+    errors=(Forbidden, wallet_links.ChainNotAccepted),
 )
 async def create_challenge(
     call: Call[WalletLinkChallengeRequest, None, None],
 ) -> WalletLinkChallengeResponse:
     """The returned `message` is an EIP-4361 style text naming the service, the wallet, the chain,
-    the nonce, issue and expiry time. Sign it unchanged with EIP-191 personal sign
-    (`personal_sign` / `signMessage`) and submit it to `/v1/wallet-links/verify` before
-    `expiresAt`. A challenge can be used once."""
+    the nonce, issue and expiry time. The domain and URI it names come from the server's
+    configuration (`MARKETPLACE_WALLET_LINK_DOMAIN`, `MARKETPLACE_PUBLIC_BASE_URL`), never from the
+    request. `chainId` must be one the deployment accepts (`MARKETPLACE_WALLET_LINK_CHAIN_IDS`,
+    default: the configured chain), else 400 `chain_not_accepted`. Sign it unchanged with
+    EIP-191 personal sign (`personal_sign` / `signMessage`) and submit it to
+    `/v1/wallet-links/verify` before `expiresAt`. A challenge can be used once."""
     user_id = ensure_self(call.require_principal(), call.body.userId)
     settings = call.settings
+    wallet_links.check_chain_id(call.body.chainId, settings.accepted_wallet_link_chain_ids)
     domain, uri = wallet_links.message_domain(
-        settings.wallet_link_domain, settings.public_base_url, call.request.host
+        settings.wallet_link_domain, settings.public_base_url, settings.listen_address
     )
     challenge = await wallet_links.create_challenge(
         call.pool,

@@ -8,10 +8,13 @@ from collections import OrderedDict
 import asyncpg
 
 UPSERT_SESSION_USER = """
-INSERT INTO users (user_id, email_verified) VALUES ($1, $2)
+INSERT INTO users (user_id, email_verified, session_iat) VALUES ($1, $2, $3)
 ON CONFLICT (user_id) DO UPDATE
-    SET email_verified = EXCLUDED.email_verified, updated_at = now()
-    WHERE users.email_verified IS DISTINCT FROM EXCLUDED.email_verified
+    SET email_verified = EXCLUDED.email_verified,
+        session_iat = EXCLUDED.session_iat,
+        updated_at = CASE WHEN users.email_verified IS DISTINCT FROM EXCLUDED.email_verified
+                          THEN now() ELSE users.updated_at END
+    WHERE users.session_iat IS NULL OR users.session_iat <= EXCLUDED.session_iat
 """
 SELECT_USER_FLAGS = """
 SELECT user_id, email_verified, moderation_admin, verifier_admin FROM users WHERE user_id = $1
@@ -26,18 +29,23 @@ ON CONFLICT (user_id) DO UPDATE
 RETURNING user_id, email_verified, moderation_admin, verifier_admin
 """
 
-# Skips the upsert when this process already stored the same e-mail flag for the user: the
-# statement is idempotent, so a stale entry here only costs one redundant write.
-_seen: OrderedDict[uuid.UUID, bool] = OrderedDict()
+# The tokens this process already recorded, as (iat, flag) per user: the same token recurs on
+# every request of a session, and recording it once is enough. Keyed by the token's `iat`, not
+# by the flag alone: a newer token is always written (the statement keeps the newest), so no
+# frontend can leave a flag stale that another frontend changed.
+_seen: OrderedDict[uuid.UUID, tuple[int, bool]] = OrderedDict()
 _SEEN_MAX = 50_000
 
 
-async def remember_session(pool: asyncpg.Pool, user_id: uuid.UUID, email_verified: bool) -> None:
-    if _seen.get(user_id) is email_verified:
+async def remember_session(
+    pool: asyncpg.Pool, user_id: uuid.UUID, email_verified: bool, issued_at: int
+) -> None:
+    token = (issued_at, email_verified)
+    if _seen.get(user_id) == token:
         _seen.move_to_end(user_id)
         return
-    await pool.execute(UPSERT_SESSION_USER, user_id, email_verified)
-    _seen[user_id] = email_verified
+    await pool.execute(UPSERT_SESSION_USER, user_id, email_verified, issued_at)
+    _seen[user_id] = token
     if len(_seen) > _SEEN_MAX:
         _seen.popitem(last=False)
 

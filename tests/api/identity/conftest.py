@@ -102,7 +102,7 @@ async def create_key(client: Any, user: User, name: str = "agent") -> dict[str, 
 
 
 async def challenge(
-    client: Any, user_headers: dict[str, str], wallet: str, chain_id: int = 1
+    client: Any, user_headers: dict[str, str], wallet: str, chain_id: int = 31337
 ) -> dict[str, Any]:
     resp = await client.post(
         "/v1/wallet-links/challenge",

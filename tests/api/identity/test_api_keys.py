@@ -242,8 +242,11 @@ async def test_strangers_and_anonymous_on_key_routes(client: Any) -> None:
     key = await create_key(client, owner)
     kid = key["id"]
     for path in (f"/v1/api-keys/{kid}/rotate", f"/v1/api-keys/{kid}/revoke"):
+        # Someone else's key is indistinguishable from no key at all (issue 9).
         resp = await client.post(path, headers=stranger.headers)
-        assert await error_of(resp, 403) == "forbidden", path
+        assert await error_of(resp, 404) == "api_key_not_found", path
+        unknown = await client.post(path.replace(kid, other_id()), headers=stranger.headers)
+        assert await unknown.json() == await resp.json()
         resp = await client.post(path)
         assert await error_of(resp, 401) == "unauthorized", path
         resp = await client.post(path.replace(kid, other_id()), headers=owner.headers)
@@ -251,7 +254,7 @@ async def test_strangers_and_anonymous_on_key_routes(client: Any) -> None:
         resp = await client.post(path.replace(kid, "not-a-uuid"), headers=owner.headers)
         assert await error_of(resp, 400) == "invalid_request", path
     resp = await client.get(f"/v1/api-keys/{kid}/audit", headers=stranger.headers)
-    assert await error_of(resp, 403) == "forbidden"
+    assert await error_of(resp, 404) == "api_key_not_found"
     resp = await client.get(
         f"/v1/api-keys/{kid}/audit?userId={owner.user_id}", headers=stranger.headers
     )

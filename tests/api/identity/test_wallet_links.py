@@ -26,7 +26,8 @@ async def _verify(client: Any, headers: dict[str, str], **body: Any) -> Any:
     return await client.post("/v1/wallet-links/verify", json=body, headers=headers)
 
 
-async def test_challenge_is_a_sign_in_with_ethereum_message(client: Any) -> None:
+async def test_challenge_is_a_sign_in_with_ethereum_message(make_client: Any) -> None:
+    client = await make_client(wallet_link_chain_ids=[8453, 31337], port=8080)
     user, wallet = new_user(), Wallet()
     before = datetime.now(UTC)
     issued = await challenge(client, user.headers, wallet.address.lower(), chain_id=8453)
@@ -45,8 +46,8 @@ async def test_challenge_is_a_sign_in_with_ethereum_message(client: Any) -> None
     expires = datetime.fromisoformat(issued["expiresAt"])
     assert timedelta(seconds=595) < expires - before < timedelta(seconds=605)
     lines = issued["message"].split("\n")
-    host = f"{client.server.host}:{client.server.port}"
-    assert lines[0] == f"{host} wants you to sign in with your Ethereum account:"
+    # No public URL or domain configured: the configured listen address (not the Host header).
+    assert lines[0] == "127.0.0.1:8080 wants you to sign in with your Ethereum account:"
     assert lines[1] == wallet.address
     assert str(user.user_id) in lines[3]
     assert "Project Marketplace" in lines[3]
@@ -60,6 +61,49 @@ async def test_challenge_is_a_sign_in_with_ethereum_message(client: Any) -> None
     assert again["challengeId"] != issued["challengeId"]
 
 
+async def test_the_request_host_never_names_the_site(make_client: Any) -> None:
+    """A client must not choose which site the user is told they sign in to (issue 9)."""
+    user, wallet = new_user(), Wallet()
+    for overrides, domain, uri in (
+        (
+            {"public_base_url": "https://api.market.example"},
+            "api.market.example",
+            "https://api.market.example",
+        ),
+        ({"host": "127.0.0.1", "port": 9000}, "127.0.0.1:9000", "http://127.0.0.1:9000"),
+    ):
+        client = await make_client(**overrides)
+        resp = await client.post(
+            "/v1/wallet-links/challenge",
+            json={"walletAddress": wallet.address, "chainId": 31337},
+            headers={**user.headers, "Host": "evil.example"},
+        )
+        assert resp.status == 200, await resp.text()
+        message = (await resp.json())["message"]
+        assert "evil.example" not in message
+        assert message.startswith(f"{domain} wants you to sign in")
+        assert f"URI: {uri}" in message
+
+
+async def test_only_configured_chains_are_accepted(make_client: Any) -> None:
+    user, wallet = new_user(), Wallet()
+    client = await make_client()  # chain 31337
+    resp = await client.post(
+        "/v1/wallet-links/challenge",
+        json={"walletAddress": wallet.address, "chainId": 1},
+        headers=user.headers,
+    )
+    assert await error_of(resp, 400) == "chain_not_accepted"
+    client = await make_client(wallet_link_chain_ids=[1, 8453])
+    assert (await challenge(client, user.headers, wallet.address, chain_id=1))["chainId"] == 1
+    resp = await client.post(
+        "/v1/wallet-links/challenge",
+        json={"walletAddress": wallet.address, "chainId": 31337},
+        headers=user.headers,
+    )
+    assert await error_of(resp, 400) == "chain_not_accepted"
+
+
 async def test_challenge_ttl_and_domain_are_configurable(make_client: Any) -> None:
     client = await make_client(wallet_challenge_ttl_seconds=60, wallet_link_domain="app.example")
     user, wallet = new_user(), Wallet()
@@ -70,7 +114,8 @@ async def test_challenge_ttl_and_domain_are_configurable(make_client: Any) -> No
     assert "URI: https://app.example" in issued["message"]
 
 
-async def test_verify_links_the_wallet_and_lists_it_checksummed(client: Any, db: Any) -> None:
+async def test_verify_links_the_wallet_and_lists_it_checksummed(make_client: Any, db: Any) -> None:
+    client = await make_client(wallet_link_chain_ids=[10])
     user, wallet = new_user(), Wallet()
     issued = await challenge(client, user.headers, wallet.address, chain_id=10)
     resp = await _verify(

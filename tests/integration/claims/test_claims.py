@@ -38,10 +38,10 @@ def _fields(meta: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def create_on_chain(
-    chain: Chain, owner: str, config_hash: str, *, succeed: bool = True
+    chain: Chain, owner: str, config_hash: str, *, succeed: bool = True, invite_only: bool = False
 ) -> tuple[str, str]:
     fn = chain.registry.functions.createProject(
-        bytes.fromhex(config_hash[2:]), False, 10 * USDC, 2 if succeed else 0
+        bytes.fromhex(config_hash[2:]), invite_only, 10 * USDC, 2 if succeed else 0
     )
     receipt = chain.send(owner, fn)
     tx_hash = receipt["transactionHash"].to_0x_hex()
@@ -382,6 +382,44 @@ async def test_metadata_patch_rules(app_client: Any, chain: Chain, indexer: Any)
     resp = await client.patch(url, json=patch, headers=user.headers)
     assert resp.status == 409
     assert (await resp.json())["error"] == "metadata_locked"
+
+
+async def test_metadata_patch_does_not_reveal_hidden_projects(
+    app_client: Any, chain: Chain, indexer: Any
+) -> None:
+    """Issue 9: a stranger's PATCH answered 403 for a hidden invite-only project and 404 for an
+    unknown one, revealing which addresses hold hidden projects."""
+    client = app_client
+    user = await owner_user(client, chain)
+    intent = await take_intent(client, user)
+    meta = {**META, "biddingAccess": "invite_only"}
+    project, tx_hash = create_on_chain(
+        chain, chain.a.owner, intent_hash_for(user, intent, meta), invite_only=True
+    )
+    await indexer()
+    await claim(client, project, intent_claim(intent, tx_hash, meta), user.headers)
+    patch = {"title": "Renamed"}
+    stranger = new_user()
+    unknown = "0x" + "5a" * 20
+    answers = []
+    for address in (project, unknown):
+        resp = await client.patch(
+            f"/v1/projects/{address}/metadata", json=patch, headers=stranger.headers
+        )
+        answers.append((resp.status, await resp.json()))
+    assert answers[0] == answers[1]
+    assert answers[0][0] == 404
+    # Someone who may see the project but does not own it is refused as such.
+    worker = new_user()
+    await link_dev_wallet(client, worker.headers, chain.a.worker)
+    chain.ok(chain.a.owner, chain.project(project).functions.addToAllowlist([chain.a.worker]))
+    await indexer()
+    resp = await client.patch(
+        f"/v1/projects/{project}/metadata", json=patch, headers=worker.headers
+    )
+    assert resp.status == 403
+    resp = await client.patch(f"/v1/projects/{project}/metadata", json=patch, headers=user.headers)
+    assert resp.status == 200, await resp.text()
 
 
 async def test_openapi_lists_every_claim_conflict_code(app_client: Any) -> None:

@@ -59,6 +59,10 @@ def test_nonce_is_alphanumeric_and_random() -> None:
 def test_domain_choice() -> None:
     assert wallet_links.message_domain("app.example", "https://api.example", "h:1") == (
         "app.example",
+        "https://api.example",
+    )
+    assert wallet_links.message_domain("app.example", "", "h:1") == (
+        "app.example",
         "https://app.example",
     )
     assert wallet_links.message_domain("", "https://api.example/base", "h:1") == (
