@@ -120,6 +120,21 @@ FreeFormObject = Annotated[
 ]
 
 
+URI_MAX = 1024
+# https:// or ipfs:// (lower-case scheme, as the spec writes it), then no whitespace, control or
+# bidirectional-text characters. Written so JSON Schema (ECMA) and pydantic (Rust) read it alike.
+HTTPS_OR_IPFS_URI_PATTERN = rf"^(https|ipfs)://[^\s\x00-\x1f\x7f{BIDI_CONTROLS}]+$"
+HttpsOrIpfsUri = Annotated[
+    str,
+    Field(
+        max_length=URI_MAX,
+        pattern=HTTPS_OR_IPFS_URI_PATTERN,
+        description="`https://` or `ipfs://` URI, at most 1024 characters",
+        examples=["ipfs://bafybeigdyrzt5sfp7udm7hu76uh7y26nf3efuylqabf3oclgtqy55fbzdi"],
+    ),
+]
+
+
 def _checked_field(value: Any, info: ValidationInfo) -> Any:
     # Nested models checked their own fields already; everything else is walked here.
     if not isinstance(value, _PydanticBaseModel):

@@ -23,7 +23,7 @@ import asyncpg
 from marketplace.actors.project_shard import ShardContext
 from marketplace.chain.abi import ContractAbi
 from marketplace.chain.hashes import direct_config_hash, intent_config_hash
-from marketplace.errors import Conflict, Forbidden, ServiceUnavailable
+from marketplace.errors import Conflict, Forbidden, NotFound, ServiceUnavailable
 from marketplace.records.access import caller_wallets, visible_project
 from marketplace.storage.repositories import claims as repo
 from marketplace.storage.repositories import wallet_links
@@ -83,6 +83,26 @@ async def create_intent(pool: asyncpg.Pool, user_id: uuid.UUID, ttl_seconds: int
     nonce = "0x" + secrets.token_bytes(32).hex()
     expires_at = datetime.now(UTC) + timedelta(seconds=ttl_seconds)
     return await repo.insert_intent(pool, uuid.uuid4(), user_id, nonce, expires_at)
+
+
+class IntentNotFound(NotFound):
+    code = "project_create_intent_not_found"
+    default_message = "no create intent with this id is yours"
+
+
+async def cancel_intent(
+    pool: asyncpg.Pool, user_id: uuid.UUID, intent_id: uuid.UUID
+) -> asyncpg.Record:
+    """Withdraw a pending intent (idempotent). A used intent cannot be withdrawn (409
+    ``project_create_intent_not_pending``); someone else's answers like an unknown one (404)."""
+    row = await repo.cancel_intent(pool, intent_id, user_id)
+    if row is not None:
+        return row
+    if await repo.own_intent(pool, intent_id, user_id) is None:
+        raise IntentNotFound()
+    raise ProjectClaimConflict(
+        "project_create_intent_not_pending", "the create intent was used by a claim already"
+    )
 
 
 # --- claim (runs on the shard) ------------------------------------------------------------------
@@ -244,6 +264,7 @@ async def claim_project(ctx: ShardContext, project: str, payload: dict[str, Any]
                 title=meta["title"],
                 description=meta.get("description"),
                 repo_url=meta.get("repoUrl"),
+                image_url=meta.get("imageUrl"),
                 project_mode=meta["projectMode"],
                 bidding_access=meta["biddingAccess"],
                 claimed_by=user_id,
@@ -280,5 +301,10 @@ async def patch_metadata(
             raise ProjectNotClaimed()
         if indexed.status not in EDITABLE_STATUSES:
             raise MetadataLocked()
-        await repo.update_metadata(conn, project, payload["title"], payload.get("description"))
+        changes = {
+            column: payload[field]
+            for field, column in (("description", "description"), ("imageUrl", "image_url"))
+            if field in payload
+        }
+        await repo.update_metadata(conn, project, payload["title"], changes)
     return {"projectAddress": project}

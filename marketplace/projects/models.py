@@ -12,7 +12,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from marketplace.types import Address, Bytes32, QueryModel, ResponseModel, UnixSeconds, Usdc
 
@@ -164,5 +164,5 @@ class ProjectListQuery(QueryModel):
     cursor: Cursor | None = None
 
 
-class ProjectPath(BaseModel):
+class ProjectPath(QueryModel):
     projectAddress: Address

@@ -12,25 +12,21 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Discriminator, Field, RootModel, Tag
 
 from marketplace.types import (
-    BIDI_CONTROLS,
     FREE_FORM_MAX_DEPTH,
     FREE_FORM_MAX_MEMBERS,
     ZERO_BYTES32,
     Address,
     Bytes32,
     FreeFormObject,
+    HttpsOrIpfsUri,
     QueryModel,
     RequestModel,
     ResponseModel,
 )
 
-ARTIFACT_URI_MAX = 1024
 NOTES_MAX = 4000
 EVIDENCE_PAYLOAD_MAX_BYTES = 64_000
 MILESTONE_INDEX_MAX = 65_535
-# https:// or ipfs:// (lower-case scheme, as the spec writes it), then no whitespace, control or
-# bidirectional-text characters. Written so JSON Schema (ECMA) and pydantic (Rust) read it alike.
-ARTIFACT_URI_PATTERN = rf"^(https|ipfs)://[^\s\x00-\x1f\x7f{BIDI_CONTROLS}]+$"
 
 
 def _omit_none(value: object) -> bool:
@@ -61,15 +57,7 @@ def _payload_within_limit(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
-ArtifactUri = Annotated[
-    str,
-    Field(
-        max_length=ARTIFACT_URI_MAX,
-        pattern=ARTIFACT_URI_PATTERN,
-        description="`https://` or `ipfs://` URI, at most 1024 characters",
-        examples=["ipfs://bafybeigdyrzt5sfp7udm7hu76uh7y26nf3efuylqabf3oclgtqy55fbzdi"],
-    ),
-]
+ArtifactUri = HttpsOrIpfsUri
 Notes = Annotated[str, Field(max_length=NOTES_MAX, description="at most 4000 characters")]
 NonZeroBytes32 = Annotated[
     Bytes32,

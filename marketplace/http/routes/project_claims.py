@@ -5,31 +5,40 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, RootModel
+from pydantic import Discriminator, Field, RootModel, Tag
 
 from marketplace.errors import Forbidden, InvalidRequest, NotFound
 from marketplace.http import keys
 from marketplace.http.routing import AuthMode, Call, RouteTable
 from marketplace.projects.claims import (
     INTENT_VERSION,
+    IntentNotFound,
     MetadataLocked,
     ProjectClaimConflict,
     ProjectNotClaimed,
+    cancel_intent,
     claim_project,
     create_intent,
     patch_metadata,
 )
 from marketplace.projects.models import ProjectPath, ProjectReadModel
 from marketplace.projects.read_models import project_for_viewer
-from marketplace.types import Address, Bytes32, RequestModel, ResponseModel
+from marketplace.types import (
+    Address,
+    Bytes32,
+    HttpsOrIpfsUri,
+    QueryModel,
+    RequestModel,
+    ResponseModel,
+)
 
 routes = RouteTable(tag="project-creation")
 
 
 class ProjectCreateIntentRequest(RequestModel):
-    """No fields are accepted: the body must be `{}`."""
+    """No fields are accepted: send `{}` (an empty body counts as `{}`)."""
 
 
 class ProjectCreateIntentResponse(ResponseModel):
@@ -41,12 +50,19 @@ class ProjectCreateIntentResponse(ResponseModel):
     version: Literal["project_create_intent_v1"]
 
 
+IMAGE_URL_DESCRIPTION = (
+    "our extension: the project's image, an `https://` or `ipfs://` URI of at most 1024 "
+    "characters; not part of any hash preimage"
+)
+
+
 class ProjectClaimMetadata(RequestModel):
     title: str = Field(min_length=1, max_length=200)
     description: str | None = Field(default=None, max_length=2000)
     repoUrl: str | None = Field(default=None, max_length=1024)
     projectMode: Literal["standard", "challenge"]
     biddingAccess: Literal["invite_only", "open"]
+    imageUrl: HttpsOrIpfsUri | None = Field(default=None, description=IMAGE_URL_DESCRIPTION)
 
 
 class IntentClaimRequest(RequestModel):
@@ -65,10 +81,32 @@ class DirectClaimRequest(RequestModel):
     metadata: ProjectClaimMetadata
 
 
+CLAIM_MODE_MESSAGE = (
+    'the body must be a JSON object whose `mode` is "intent" (session callers, with '
+    'hashVersion "v1_intent", intentId, intentNonce, txHash, metadata) or "direct" (agent-key '
+    'callers, with hashVersion "v1_direct", txHash, metadata)'
+)
+
+
+def _claim_mode(value: Any) -> str | None:
+    mode = value.get("mode") if isinstance(value, dict) else getattr(value, "mode", None)
+    return mode if mode in ("intent", "direct") else None
+
+
 class ProjectClaimRequest(
-    RootModel[Annotated[IntentClaimRequest | DirectClaimRequest, Field(discriminator="mode")]]
+    RootModel[
+        Annotated[
+            Annotated[IntentClaimRequest, Tag("intent")]
+            | Annotated[DirectClaimRequest, Tag("direct")],
+            Discriminator(
+                _claim_mode,
+                custom_error_type="invalid_claim_mode",
+                custom_error_message=CLAIM_MODE_MESSAGE,
+            ),
+        ]
+    ]
 ):
-    """Intent mode (session callers) or direct mode (agent-key callers)."""
+    """Intent mode (session callers) or direct mode (agent-key callers), told apart by `mode`."""
 
 
 class ProjectClaimResponse(ResponseModel):
@@ -82,8 +120,28 @@ class ProjectClaimResponse(ResponseModel):
 
 
 class MetadataPatchRequest(RequestModel):
+    """PATCH semantics: `title` is required; `description` and `imageUrl` left out keep their
+    stored value, and `null` clears them."""
+
     title: str = Field(min_length=1, max_length=200)
-    description: str | None = Field(default=None, max_length=2000)
+    description: str | None = Field(
+        default=None, max_length=2000, description="omitted: unchanged; null: cleared"
+    )
+    imageUrl: HttpsOrIpfsUri | None = Field(
+        default=None, description=f"omitted: unchanged; null: cleared; {IMAGE_URL_DESCRIPTION}"
+    )
+
+
+class IntentPath(QueryModel):
+    intentId: uuid.UUID
+
+
+class ProjectCreateIntentCancelResponse(ResponseModel):
+    """The withdrawn intent: a claim naming it now answers `project_create_intent_not_pending`."""
+
+    intentId: uuid.UUID
+    status: Literal["cancelled"]
+    cancelledAt: datetime
 
 
 @routes.post(
@@ -108,6 +166,31 @@ async def post_create_intent(
         intentNonce=row["intent_nonce"],
         expiresAt=row["expires_at"],
         version=INTENT_VERSION,
+    )
+
+
+@routes.delete(
+    "/v1/projects/create-intents/{intentId}",
+    name="cancelProjectCreateIntent",
+    summary="Withdraw one of your pending create intents",
+    auth=AuthMode.EITHER,
+    guarded=True,
+    path_params=IntentPath,
+    response=ProjectCreateIntentCancelResponse,
+    errors=(IntentNotFound, ProjectClaimConflict),
+)
+async def delete_create_intent(
+    call: Call[None, None, IntentPath],
+) -> ProjectCreateIntentCancelResponse:
+    """Withdraws a pending intent of the caller (idempotent: withdrawing it again answers the same
+    record). A claim naming a withdrawn intent answers 409 `project_create_intent_not_pending`.
+    An intent already used by a claim cannot be withdrawn (409
+    `project_create_intent_not_pending`); an unknown intent and someone else's both answer 404
+    `project_create_intent_not_found`."""
+    principal = call.require_principal()
+    row = await cancel_intent(call.pool, principal.user_id, call.path.intentId)
+    return ProjectCreateIntentCancelResponse(
+        intentId=row["intent_id"], status="cancelled", cancelledAt=row["cancelled_at"]
     )
 
 
@@ -181,7 +264,11 @@ async def patch_project_metadata(
 ) -> ProjectReadModel:
     principal = call.require_principal()
     address = call.path.projectAddress.lower()
-    payload = {**call.body.model_dump(mode="json"), "userId": str(principal.user_id)}
+    # Only the fields the client sent: an omitted one stays as it is.
+    payload = {
+        **call.body.model_dump(mode="json", include=call.body.model_fields_set | {"title"}),
+        "userId": str(principal.user_id),
+    }
     await call.app[keys.PROJECT_SHARDS].mutate(address, patch_metadata, payload)
     project = await _project_view(call, address)
     if project is None:

@@ -20,6 +20,16 @@ SELECT intent_id, user_id, intent_nonce, status, created_at, expires_at, used_at
 FROM project_create_intents WHERE intent_id = $1
 FOR UPDATE
 """
+CANCEL_INTENT = """
+UPDATE project_create_intents
+SET status = 'cancelled', cancelled_at = coalesce(cancelled_at, now())
+WHERE intent_id = $1 AND user_id = $2 AND status IN ('pending', 'cancelled')
+RETURNING intent_id, status, cancelled_at
+"""
+SELECT_OWN_INTENT = """
+SELECT intent_id, status, cancelled_at FROM project_create_intents
+WHERE intent_id = $1 AND user_id = $2
+"""
 USE_INTENT = """
 UPDATE project_create_intents
 SET status = 'used', used_at = now(), project_address = $2
@@ -33,12 +43,17 @@ FROM project_metadata WHERE project_address = $1
 """
 INSERT_METADATA = """
 INSERT INTO project_metadata (project_address, owner_address, title, description, repo_url,
-                              project_mode, bidding_access, claimed_by, claim_mode, hash_version,
-                              intent_id, tx_hash, config_hash)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+                              image_url, project_mode, bidding_access, claimed_by, claim_mode,
+                              hash_version, intent_id, tx_hash, config_hash)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 """
+# PATCH semantics: a field the client left out keeps its value ($3 / $5 false), null clears it.
 UPDATE_METADATA = """
-UPDATE project_metadata SET title = $2, description = $3, updated_at = now()
+UPDATE project_metadata
+SET title = $2,
+    description = CASE WHEN $3 THEN $4 ELSE description END,
+    image_url = CASE WHEN $5 THEN $6 ELSE image_url END,
+    updated_at = now()
 WHERE project_address = $1
 """
 SELECT_INDEXED = """
@@ -78,6 +93,7 @@ async def insert_metadata(conn: asyncpg.Connection, **values: Any) -> None:
         values["title"],
         values["description"],
         values["repo_url"],
+        values["image_url"],
         values["project_mode"],
         values["bidding_access"],
         values["claimed_by"],
@@ -89,8 +105,27 @@ async def insert_metadata(conn: asyncpg.Connection, **values: Any) -> None:
     )
 
 
-async def update_metadata(conn: Conn, project: str, title: str, description: str | None) -> None:
-    await conn.execute(UPDATE_METADATA, project, title, description)
+async def update_metadata(conn: Conn, project: str, title: str, changes: dict[str, Any]) -> None:
+    """``changes`` holds only the optional fields the client sent: description, image_url."""
+    await conn.execute(
+        UPDATE_METADATA,
+        project,
+        title,
+        "description" in changes,
+        changes.get("description"),
+        "image_url" in changes,
+        changes.get("image_url"),
+    )
+
+
+async def cancel_intent(
+    conn: Conn, intent_id: uuid.UUID, user_id: uuid.UUID
+) -> asyncpg.Record | None:
+    return await conn.fetchrow(CANCEL_INTENT, intent_id, user_id)
+
+
+async def own_intent(conn: Conn, intent_id: uuid.UUID, user_id: uuid.UUID) -> asyncpg.Record | None:
+    return await conn.fetchrow(SELECT_OWN_INTENT, intent_id, user_id)
 
 
 async def indexed_project(conn: Conn, project: str) -> asyncpg.Record | None:

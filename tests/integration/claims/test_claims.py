@@ -254,11 +254,10 @@ async def test_intent_record_codes(app_client: Any, chain: Chain, servers: Serve
     resp = await claim(client, project, intent_claim(other_intent, tx_hash), user.headers)
     assert await conflict_code(resp) == "project_create_intent_owner_mismatch"
 
-    await db_row(
-        servers,
-        "UPDATE project_create_intents SET status = 'cancelled' WHERE intent_id = $1",
-        uuid.UUID(intent["intentId"]),
+    resp = await client.delete(
+        f"/v1/projects/create-intents/{intent['intentId']}", headers=user.headers
     )
+    assert resp.status == 200
     resp = await claim(client, project, intent_claim(intent, tx_hash), user.headers)
     assert await conflict_code(resp) == "project_create_intent_not_pending"
 
@@ -430,3 +429,107 @@ async def test_openapi_lists_every_claim_conflict_code(app_client: Any) -> None:
     for code in CLAIM_CONFLICT_CODES:
         assert f"`{code}`" in described["description"]
     assert len(CLAIM_CONFLICT_CODES) == 14
+
+
+# --- spec gaps decided in issue 10: imageUrl, PATCH semantics, withdrawing an intent -------
+
+
+async def test_image_url_and_patch_semantics(app_client: Any, chain: Chain, indexer: Any) -> None:
+    client = app_client
+    user = await owner_user(client, chain)
+    intent = await take_intent(client, user)
+    # imageUrl is not part of the hash preimage: the same hash with or without it.
+    project, tx_hash = create_on_chain(chain, chain.a.owner, intent_hash_for(user, intent))
+    body = intent_claim(intent, tx_hash)
+    bad = {**body, "metadata": {**body["metadata"], "imageUrl": "http://plain.example/x.png"}}
+    resp = await claim(client, project, bad, user.headers)
+    assert resp.status == 400
+    body["metadata"]["imageUrl"] = "ipfs://bafyimage"
+    resp = await claim(client, project, body, user.headers)
+    assert resp.status == 200, await resp.text()
+    await indexer()
+    url = f"/v1/projects/{project}"
+
+    async def read() -> dict[str, Any]:
+        resp = await client.get(url, headers=user.headers)
+        assert resp.status == 200
+        return dict(await resp.json())
+
+    assert (await read())["imageUrl"] == "ipfs://bafyimage"
+    assert (await read())["description"] == META["description"]
+    # Omitted fields keep their value.
+    resp = await client.patch(f"{url}/metadata", json={"title": "T2"}, headers=user.headers)
+    assert resp.status == 200, await resp.text()
+    after = await read()
+    assert (after["title"], after["description"], after["imageUrl"]) == (
+        "T2",
+        META["description"],
+        "ipfs://bafyimage",
+    )
+    # null clears; a value replaces.
+    resp = await client.patch(
+        f"{url}/metadata",
+        json={"title": "T3", "description": None, "imageUrl": "https://img.example/p.png"},
+        headers=user.headers,
+    )
+    assert resp.status == 200, await resp.text()
+    after = await read()
+    assert "description" not in after
+    assert after["imageUrl"] == "https://img.example/p.png"
+    resp = await client.patch(
+        f"{url}/metadata", json={"title": "T3", "imageUrl": None}, headers=user.headers
+    )
+    assert "imageUrl" not in await resp.json()
+    resp = await client.patch(
+        f"{url}/metadata", json={"title": "T3", "imageUrl": "ftp://x"}, headers=user.headers
+    )
+    assert resp.status == 400
+
+
+async def test_withdrawing_an_intent(app_client: Any, chain: Chain, indexer: Any) -> None:
+    client = app_client
+    user = await owner_user(client, chain)
+    intent = await take_intent(client, user)
+    path = f"/v1/projects/create-intents/{intent['intentId']}"
+    assert (await client.delete(path)).status == 401
+    stranger = new_user()
+    resp = await client.delete(path, headers=stranger.headers)
+    assert resp.status == 404
+    unknown = await client.delete(
+        f"/v1/projects/create-intents/{uuid.uuid4()}", headers=stranger.headers
+    )
+    assert await unknown.json() == await resp.json()
+    assert (await resp.json())["error"] == "project_create_intent_not_found"
+
+    resp = await client.delete(path, headers=user.headers)
+    first = await resp.json()
+    assert resp.status == 200, first
+    assert (first["intentId"], first["status"]) == (intent["intentId"], "cancelled")
+    again = await (await client.delete(path, headers=user.headers)).json()
+    assert again == first
+
+    project, tx_hash = create_on_chain(chain, chain.a.owner, intent_hash_for(user, intent))
+    resp = await claim(client, project, intent_claim(intent, tx_hash), user.headers)
+    assert await conflict_code(resp) == "project_create_intent_not_pending"
+
+    # A used intent cannot be withdrawn.
+    used = await take_intent(client, user)
+    project, tx_hash = create_on_chain(chain, chain.a.owner, intent_hash_for(user, used))
+    resp = await claim(client, project, intent_claim(used, tx_hash), user.headers)
+    assert resp.status == 200, await resp.text()
+    resp = await client.delete(
+        f"/v1/projects/create-intents/{used['intentId']}", headers=user.headers
+    )
+    assert await conflict_code(resp) == "project_create_intent_not_pending"
+
+
+async def test_a_shapeless_claim_body_names_the_mode_field(app_client: Any, chain: Chain) -> None:
+    user = await owner_user(app_client, chain)
+    for body in ({}, {"mode": "other"}, {"title": "x"}, []):
+        resp = await claim(app_client, "0x" + "12" * 20, body, user.headers)
+        error = await resp.json()
+        assert resp.status == 400, error
+        assert "`mode`" in error["message"] or "`mode`" in str(error["details"]), error
+        assert '"intent"' in str(error) and '"direct"' in str(error), error
+        assert "discriminator" not in str(error).lower()
+        assert "tag" not in str(error).lower()
