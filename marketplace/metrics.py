@@ -34,7 +34,15 @@ RATE_LIMITED = Counter(
 )
 RATE_LIMITER_ERRORS = Counter(
     "marketplace_rate_limiter_errors_total",
-    "Rate-limit checks that failed open because Redis did not answer.",
+    "Rate-limit checks that found Redis unavailable (they ran on the per-process fallback).",
+)
+RATE_LIMITER_FALLBACK_CHECKS = Counter(
+    "marketplace_rate_limiter_fallback_total",
+    "Rate-limit checks served by the per-process fallback limiter because Redis was down.",
+)
+RATE_LIMITER_FALLBACK_ACTIVE = Gauge(
+    "marketplace_rate_limiter_fallback_active",
+    "1 while this process enforces rate limits on its own because Redis is down.",
 )
 
 # Mirrored from the chain indexer actor (which keeps them in Redis) at each scrape.

@@ -97,6 +97,8 @@ def make_settings(servers: Servers, **overrides: Any) -> Settings:
         "scheduler_secret": SecretStr(SCHEDULER_SECRET),
         "project_shards": 2,
         "rate_limit_default": "10000/60",
+        # Tests send many bad credentials on purpose; the limit itself has its own tests.
+        "rate_limit_auth_failures": "10000/60",
         "log_json": False,
     }
     values.update(overrides)

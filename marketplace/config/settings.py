@@ -7,6 +7,7 @@ in step.
 from __future__ import annotations
 
 import enum
+import ipaddress
 import re
 from pathlib import Path
 
@@ -56,6 +57,13 @@ class Settings(BaseSettings):
     rate_limit_default: str = "120/60"
     rate_limits: dict[str, str] = Field(default_factory=dict)
     rate_limit_enabled: bool = True
+    # Failed authentications (a bad bearer token or agent key) per client address, "<count>/
+    # <seconds>"; once spent, that address gets 429 for any credentials until it recovers.
+    rate_limit_auth_failures: str = "20/60"
+    # Readiness answers from a cached check for this long, so polling it costs little.
+    readiness_cache_ms: int = Field(default=1000, ge=0, le=60_000)
+    # Comma-separated networks (CIDR) allowed to read /metrics; empty: everyone.
+    metrics_allow: str = ""
 
     max_body_bytes: int = Field(default=256 * 1024, ge=1024)
     # Number of shard actors hosting per-project state actors.
@@ -117,7 +125,13 @@ class Settings(BaseSettings):
                 raise ValueError(f"not an address: {wallet!r}")
         return [wallet.lower() for wallet in value]
 
-    @field_validator("rate_limit_default")
+    @field_validator("metrics_allow")
+    @classmethod
+    def _check_networks(cls, value: str) -> str:
+        parse_networks(value)
+        return value
+
+    @field_validator("rate_limit_default", "rate_limit_auth_failures")
     @classmethod
     def _check_rate(cls, value: str) -> str:
         parse_rate(value)
@@ -146,6 +160,10 @@ class Settings(BaseSettings):
     def dev_secret_path(self) -> Path:
         return self.data_dir / "dev-jwt-secret"
 
+    @property
+    def metrics_allow_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        return parse_networks(self.metrics_allow)
+
     def rate_for(self, route_name: str) -> tuple[int, int]:
         return parse_rate(self.rate_limits.get(route_name, self.rate_limit_default))
 
@@ -160,6 +178,18 @@ def parse_rate(text: str) -> tuple[int, int]:
     if count < 1 or period < 1:
         raise ValueError(f"rate must be positive, got {text!r}")
     return count, period
+
+
+def parse_networks(text: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """Parse comma-separated networks (``10.0.0.0/8, ::1``; a bare address is one host)."""
+    networks = []
+    for part in text.split(","):
+        if part.strip():
+            try:
+                networks.append(ipaddress.ip_network(part.strip(), strict=False))
+            except ValueError as exc:
+                raise ValueError(f"not a network: {part.strip()!r}") from exc
+    return networks
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -1,57 +1,66 @@
-"""Per-route rate limits shared by every frontend, as a GCRA in one Redis script.
+"""Per-route rate limits and the failed-authentication limit, shared by every frontend.
 
-GCRA keeps one timestamp per (route, caller) key, so a limit of N per T seconds allows bursts of
-N and then one request every T/N seconds. Redis's own clock is used so frontends with skewed
-clocks agree. When Redis does not answer the check fails open (the request is served and a metric
-counts it): losing the limiter must not take the API down with it.
+Both are GCRA limits (``marketplace.gcra``) kept in Redis; when Redis does not answer they are
+enforced per process instead of being switched off.
+
+Per route: a signed-in caller is counted by user, an anonymous one by client address, the
+scheduler not at all.
+
+Failed authentication: every request that presents a credential which then fails verification
+(a bad or expired bearer token, a wrong scheduler secret, an unknown agent key) counts against
+its client address (``rl:auth-failed:ip:<addr>``, IPv6 by /64 since one host holds a whole /64).
+Once that budget is spent, requests from the address that present any credentials get 429 before
+the credentials are looked at, so guessing keys is limited to the budget's rate. While the
+address has failures on record, each attempt is counted in advance and given back when it
+succeeds, so firing many guesses at once does not get more of them checked.
+
+The client address is the TCP peer: behind a reverse proxy that is the proxy, and the limits
+apply to everyone behind it together.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 from aiohttp import web
-from redis.exceptions import RedisError
 
 from marketplace.auth import Principal
 from marketplace.config import Settings
+from marketplace.config.settings import parse_rate
 from marketplace.errors import RateLimited
-from marketplace.metrics import RATE_LIMITED, RATE_LIMITER_ERRORS
+from marketplace.gcra import Gcra, Rate, Verdict
+from marketplace.metrics import RATE_LIMITED
 
 if TYPE_CHECKING:
     from marketplace.http.routing import Route
 
 log = logging.getLogger(__name__)
 
-GCRA = """
-local emission = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local tat = tonumber(redis.call('GET', KEYS[1]) or now)
-if tat < now then tat = now end
-local new_tat = tat + emission
-local allow_at = new_tat - burst * emission
-if allow_at > now then
-  return {0, allow_at - now}
-end
-redis.call('SET', KEYS[1], new_tat, 'PX', math.ceil(new_tat - now))
-return {1, 0}
-"""
+AUTH_FAILED = "auth-failed"
+
+
+def client_address(request: web.Request) -> str:
+    """The peer's address as a limit key: IPv4 as is, IPv6 as its /64 network."""
+    remote = request.remote or "unknown"
+    try:
+        address = ipaddress.ip_address(remote)
+    except ValueError:
+        return remote
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
 
 
 class RateLimiter:
     def __init__(self, redis: aioredis.Redis, settings: Settings) -> None:
         self.settings = settings
-        self._script = redis.register_script(GCRA)
-
-    async def hit(self, key: str, count: int, period_seconds: int) -> int:
-        """Count one request; return 0 when allowed, else the milliseconds until allowed."""
-        emission_ms = period_seconds * 1000 / count
-        allowed, wait_ms = await self._script(keys=[key], args=[emission_ms, count])
-        return 0 if int(allowed) == 1 else int(wait_ms)
+        self.gcra = Gcra(redis)
+        self.auth_failure_rate = Rate(*parse_rate(settings.rate_limit_auth_failures))
 
     async def check(
         self, request: web.Request, route: Route, principal: Principal | None, scheduler: bool
@@ -63,14 +72,36 @@ class RateLimiter:
         elif scheduler:
             return
         else:
-            caller = f"ip:{request.remote or 'unknown'}"
-        count, period = self.settings.rate_for(route.name)
-        try:
-            wait_ms = await self.hit(f"rl:{route.name}:{caller}", count, period)
-        except (RedisError, OSError):
-            RATE_LIMITER_ERRORS.inc()
-            log.warning("rate limiter unavailable; failing open", extra={"route": route.name})
-            return
-        if wait_ms:
+            caller = f"ip:{client_address(request)}"
+        verdict = await self.gcra.hit(
+            f"rl:{route.name}:{caller}", Rate(*self.settings.rate_for(route.name))
+        )
+        if not verdict.allowed:
             RATE_LIMITED.labels(route.name).inc()
-            raise RateLimited(retry_after=-(-wait_ms // 1000))
+            raise RateLimited(retry_after=verdict.retry_after_seconds)
+
+    # --- failed authentication -------------------------------------------------------------
+
+    def _auth_key(self, request: web.Request) -> str:
+        return f"rl:{AUTH_FAILED}:ip:{client_address(request)}"
+
+    async def before_credentials(self, request: web.Request) -> Verdict:
+        """Refuse (429) an address whose failed-authentication budget is spent."""
+        if not self.settings.rate_limit_enabled:
+            return Verdict()
+        verdict = await self.gcra.attempt(self._auth_key(request), self.auth_failure_rate)
+        if not verdict.allowed:
+            RATE_LIMITED.labels(AUTH_FAILED).inc()
+            raise RateLimited(
+                retry_after=verdict.retry_after_seconds,
+                message="too many failed authentication attempts from this address; retry later",
+            )
+        return verdict
+
+    async def credentials_failed(self, request: web.Request, attempt: Verdict) -> None:
+        if self.settings.rate_limit_enabled and not attempt.recorded:
+            await self.gcra.hit(self._auth_key(request), self.auth_failure_rate)
+
+    async def credentials_accepted(self, request: web.Request, attempt: Verdict) -> None:
+        if attempt.recorded:
+            await self.gcra.refund(self._auth_key(request), self.auth_failure_rate)

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from marketplace.auth import (
     Principal,
+    SessionClaims,
     bearer_token,
     combine_principals,
     is_scheduler_token,
@@ -187,28 +188,28 @@ async def authenticate(request: web.Request, route: Route) -> tuple[Principal | 
     if route.auth is AuthMode.NONE:
         return None, False
     app = request.app
-    settings = app[keys.SETTINGS]
-    token = bearer_token(request.headers.get("Authorization"))
+    authorization = request.headers.get("Authorization")
     key_secret = request.headers.get("x-agent-api-key")
-    scheduler_secret = (
-        settings.scheduler_secret.get_secret_value() if settings.scheduler_secret else None
-    )
-    is_scheduler = False
-    session = None
-    if token is not None:
-        if is_scheduler_token(token, scheduler_secret):
-            is_scheduler = True
-        else:
-            session = await app[keys.SESSION_VERIFIER].verify(token)
-    key = None
-    if is_scheduler and key_secret is not None:
-        # The scheduler is not a user: there is no user for the two carriers to agree on.
-        raise PrincipalMismatch("the scheduler token cannot be combined with an agent API key")
-    if key_secret is not None:
-        key = await app[keys.API_KEY_RESOLVER].resolve(key_secret.strip())
-        if key is None:
-            raise Unauthorized("invalid or revoked agent API key")
-    principal = combine_principals(session, key)
+    limiter = app[keys.RATE_LIMITER]
+    attempt = None
+    if authorization is not None or key_secret is not None:
+        # Before any credential is looked at: an address that spent its failed-authentication
+        # budget gets 429 whatever it presents, so guesses cannot be checked faster than that.
+        attempt = await limiter.before_credentials(request)
+    try:
+        session, principal, is_scheduler = await _verify_credentials(
+            request, authorization, key_secret
+        )
+    except PrincipalMismatch:
+        if attempt is not None:
+            await limiter.credentials_accepted(request, attempt)
+        raise
+    except Unauthorized:
+        if attempt is not None:
+            await limiter.credentials_failed(request, attempt)
+        raise
+    if attempt is not None:
+        await limiter.credentials_accepted(request, attempt)
     # Set before the mode checks so after-request hooks (the API-key usage audit) also see
     # requests refused here, e.g. an agent key on a session-only route.
     request[keys.PRINCIPAL] = principal
@@ -227,6 +228,34 @@ async def authenticate(request: web.Request, route: Route) -> tuple[Principal | 
             app[keys.PG_POOL], session.user_id, session.email_verified, session.issued_at
         )
     return principal, is_scheduler
+
+
+async def _verify_credentials(
+    request: web.Request, authorization: str | None, key_secret: str | None
+) -> tuple[SessionClaims | None, Principal | None, bool]:
+    """What the presented credentials prove; 401 for any that does not verify."""
+    app = request.app
+    settings = app[keys.SETTINGS]
+    token = bearer_token(authorization)
+    scheduler_secret = (
+        settings.scheduler_secret.get_secret_value() if settings.scheduler_secret else None
+    )
+    is_scheduler = False
+    session = None
+    if token is not None:
+        if is_scheduler_token(token, scheduler_secret):
+            is_scheduler = True
+        else:
+            session = await app[keys.SESSION_VERIFIER].verify(token)
+    key = None
+    if is_scheduler and key_secret is not None:
+        # The scheduler is not a user: there is no user for the two carriers to agree on.
+        raise PrincipalMismatch("the scheduler token cannot be combined with an agent API key")
+    if key_secret is not None:
+        key = await app[keys.API_KEY_RESOLVER].resolve(key_secret.strip())
+        if key is None:
+            raise Unauthorized("invalid or revoked agent API key")
+    return session, combine_principals(session, key), is_scheduler
 
 
 # --- validation -----------------------------------------------------------------------------

@@ -1,0 +1,212 @@
+"""Failed authentication counts against the client address, and the limiter keeps limiting
+(per process) while Redis is down."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import redis.asyncio
+
+from marketplace.embedded.redis import EmbeddedRedis
+from marketplace.gcra import REDIS_RETRY_SECONDS
+from tests.api.probe import probe
+from tests.conftest import SCHEDULER_SECRET, Servers, bearer, make_settings, new_user
+
+EITHER = "/v1/_probe/auth/either"
+BAD_CREDENTIALS = [
+    bearer("not-a-jwt"),
+    {"x-agent-api-key": "mkt_live_" + "x" * 49},
+    bearer(SCHEDULER_SECRET[:-1] + "z"),
+    {"Authorization": "Basic dXNlcjpwYXNz"},
+    bearer(new_user().token[:-2] + "xx"),
+]
+
+
+async def _app_client(aiohttp_client: Any, servers: Servers, **overrides: Any) -> Any:
+    from marketplace.http.app import create_app
+
+    return await aiohttp_client(
+        create_app(make_settings(servers, **overrides), extra_routes=[probe])
+    )
+
+
+async def _agent_key(client: Any) -> dict[str, str]:
+    owner = new_user()
+    resp = await client.post(
+        "/v1/api-keys", json={"name": "bot", "userId": str(owner.user_id)}, headers=owner.headers
+    )
+    assert resp.status == 201, await resp.text()
+    return {"x-agent-api-key": (await resp.json())["secret"]}
+
+
+@pytest.fixture
+async def other_address() -> AsyncIterator[aiohttp.ClientSession]:
+    """A client connecting from 127.0.0.2: another client address on the same machine."""
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=("127.0.0.2", 0)))
+    yield session
+    await session.close()
+
+
+async def test_failed_authentications_block_the_address_even_for_valid_credentials(
+    aiohttp_client: Any,
+    servers: Servers,
+    ray_cluster: None,
+    clean_state: None,
+    other_address: aiohttp.ClientSession,
+) -> None:
+    client = await _app_client(aiohttp_client, servers, rate_limit_auth_failures="5/60")
+    key = await _agent_key(client)
+    user = new_user()
+
+    for headers in BAD_CREDENTIALS:
+        resp = await client.get(EITHER, headers=headers)
+        assert resp.status == 401, await resp.text()
+
+    # The budget (5 per 60 s) is spent: the next guess is not even checked...
+    resp = await client.get(EITHER, headers=BAD_CREDENTIALS[1])
+    assert resp.status == 429
+    body = await resp.json()
+    assert body["error"] == "rate_limited"
+    assert "failed authentication" in body["message"]
+    assert 1 <= int(resp.headers["Retry-After"]) <= 12
+    # ... and neither are valid credentials from the same address, on any route.
+    for headers in (key, user.headers, bearer(SCHEDULER_SECRET)):
+        resp = await client.get("/v1/_probe/auth/optional", headers=headers)
+        assert resp.status == 429, headers
+        assert (await resp.json())["error"] == "rate_limited"
+    # Anonymous requests present nothing to guess with and are served.
+    assert (await client.get("/v1/_probe/auth/none")).status == 200
+    assert (await client.get("/v1/_probe/auth/optional")).status == 200
+
+    # Another frontend on the same Redis knows the address is blocked.
+    second = await _app_client(aiohttp_client, servers, rate_limit_auth_failures="5/60")
+    assert (await second.get(EITHER, headers=key)).status == 429
+
+    # Another address is unaffected: valid credentials work, a bad one is a plain 401.
+    url = str(client.make_url(EITHER))
+    async with other_address.get(url, headers=key) as resp:
+        assert resp.status == 200
+        assert (await resp.json())["kind"] == "agent_key"
+    async with other_address.get(url, headers=user.headers) as resp:
+        assert resp.status == 200
+    async with other_address.get(url, headers=BAD_CREDENTIALS[0]) as resp:
+        assert resp.status == 401
+
+
+async def test_concurrent_guesses_get_no_more_checks_than_the_budget(
+    aiohttp_client: Any, servers: Servers, ray_cluster: None, clean_state: None
+) -> None:
+    client = await _app_client(aiohttp_client, servers, rate_limit_auth_failures="5/60")
+    assert (await client.get(EITHER, headers=BAD_CREDENTIALS[0])).status == 401
+    # With a failure on record every attempt is counted before it is checked, so a volley of
+    # guesses fired at once is cut at the remaining budget (4), not after the fact.
+    results = await asyncio.gather(
+        *(client.get(EITHER, headers={"x-agent-api-key": f"mkt_live_guess{i}"}) for i in range(30))
+    )
+    statuses = sorted(r.status for r in results)
+    assert statuses == [401] * 4 + [429] * 26
+
+
+async def test_valid_requests_do_not_spend_the_failure_budget(
+    aiohttp_client: Any, servers: Servers, ray_cluster: None, clean_state: None
+) -> None:
+    client = await _app_client(aiohttp_client, servers, rate_limit_auth_failures="5/60")
+    user = new_user()
+    for headers in BAD_CREDENTIALS[:2]:
+        assert (await client.get(EITHER, headers=headers)).status == 401
+    # Counted in advance (failures are on record) and given back once they verify.
+    for _ in range(10):
+        assert (await client.get(EITHER, headers=user.headers)).status == 200
+    for headers in BAD_CREDENTIALS[2:]:
+        assert (await client.get(EITHER, headers=headers)).status == 401
+    assert (await client.get(EITHER, headers=user.headers)).status == 429
+
+
+def _metric(text: str, name: str) -> float:
+    match = re.search(rf"^{name} (\S+)$", text, re.M)
+    assert match is not None, name
+    return float(match.group(1))
+
+
+async def test_limits_hold_per_process_while_redis_is_down(
+    aiohttp_client: Any,
+    servers: Servers,
+    ray_cluster: None,
+    clean_state: None,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from marketplace.http.app import create_app
+
+    # A Redis of this test's own: the session's shared one is never stopped.
+    own_redis = EmbeddedRedis(tmp_path)
+    own_redis.start()
+    try:
+        settings = make_settings(
+            servers,
+            redis_url=own_redis.url,
+            rate_limits={"probeLimited": "3/60"},
+            rate_limit_auth_failures="2/60",
+        )
+        client = await aiohttp_client(create_app(settings, extra_routes=[probe]))
+        user = new_user()
+        before = _metric(
+            await (await client.get("/metrics")).text(), "marketplace_rate_limiter_fallback_total"
+        )
+        own_redis.stop()
+        caplog.set_level(logging.WARNING, logger="marketplace.gcra")
+
+        # The per-route limit still holds, from this process's memory.
+        statuses = [
+            (await client.get("/v1/_probe/limited", headers=user.headers)).status for _ in range(5)
+        ]
+        assert statuses == [200, 200, 200, 429, 429]
+        resp = await client.get("/v1/_probe/limited", headers=user.headers)
+        assert resp.status == 429
+        assert int(resp.headers["Retry-After"]) >= 1
+        # So does the failed-authentication limit.
+        statuses = [(await client.get(EITHER, headers=BAD_CREDENTIALS[0])).status for _ in range(3)]
+        assert statuses == [401, 401, 429]
+        assert (await client.get("/v1/_probe/auth/none")).status == 200
+
+        text = await (await client.get("/metrics")).text()
+        assert _metric(text, "marketplace_rate_limiter_fallback_active") == 1.0
+        assert _metric(text, "marketplace_rate_limiter_fallback_total") >= before + 9
+        # One warning for the outage, not one per request.
+        warnings = [r for r in caplog.records if "enforcing limits per process" in r.getMessage()]
+        assert len(warnings) == 1
+
+        # Redis back: after the retry interval the limiter uses it again (and says so).
+        restarted = EmbeddedRedis(tmp_path, port=own_redis.port)
+        restarted.start()
+        try:
+            await asyncio.sleep(REDIS_RETRY_SECONDS + 0.1)
+            deadline = asyncio.get_running_loop().time() + 10
+            while True:
+                resp = await client.get("/v1/_probe/limited", headers=new_user().headers)
+                text = await (await client.get("/metrics")).text()
+                if _metric(text, "marketplace_rate_limiter_fallback_active") == 0.0:
+                    break
+                assert asyncio.get_running_loop().time() < deadline, "limiter stayed local"
+                await asyncio.sleep(REDIS_RETRY_SECONDS)
+            assert resp.status == 200
+            assert any("Redis answers again" in r.getMessage() for r in caplog.records)
+            # Shared again: a fresh caller's counts land in the restarted Redis.
+            fresh = new_user()
+            await client.get("/v1/_probe/limited", headers=fresh.headers)
+            check = redis.asyncio.Redis.from_url(restarted.url)
+            try:
+                assert await check.exists(f"rl:probeLimited:u:{fresh.user_id}") == 1
+            finally:
+                await check.aclose()
+        finally:
+            restarted.stop()
+    finally:
+        own_redis.stop()
