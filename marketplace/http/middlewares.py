@@ -39,7 +39,8 @@ REQUEST_ID_HEADER = "x-request-id"
 _DEPENDENCY_ERRORS = (
     asyncpg.PostgresConnectionError,
     asyncpg.TooManyConnectionsError,
-    asyncpg.CannotConnectNowError,
+    # 57P0x: the server is shutting down, crashed, or refuses connections for now.
+    asyncpg.OperatorInterventionError,
     RedisConnectionError,
     RedisTimeoutError,
     ConnectionRefusedError,

@@ -1,11 +1,32 @@
-"""The asyncpg pool every component shares within one process."""
+"""The asyncpg pool every component shares within one process.
+
+The pool lets go of a server that is shutting down. A PostgreSQL "smart" shutdown (``SIGTERM``
+to the postmaster, ``pg_ctl stop -m smart``) refuses new connections but lets existing sessions
+run until their clients leave, and tells them nothing: a pool holding idle connections would go
+on serving from them indefinitely while every new connection fails, and the server would never
+finish stopping. So each pool watches its server: every :data:`PROBE_INTERVAL_SECONDS` it sends
+a bare startup packet (answered before authentication: an authentication request means the
+server accepts connections, SQLSTATE 57P03 means it refuses them), and a new pool connection
+refused with 57P03 counts the same. While the server refuses, the pool expires its connections
+(those in use close when released, so running requests finish) and closes the idle ones; requests
+then fail fast with 503 and the server can complete its shutdown. Once it accepts connections
+again the pool reconnects on demand.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import enum
+import getpass
 import json
 import logging
+import os
 import re
+import struct
+import time
 from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 
@@ -61,18 +82,185 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     """
 
 
-async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 20) -> asyncpg.Pool:
-    pool = await asyncpg.create_pool(
+# How often each pool asks its server whether it still accepts connections.
+PROBE_INTERVAL_SECONDS = 2.0
+PROBE_TIMEOUT_SECONDS = 1.0
+_PROTOCOL_3_0 = 196608
+
+
+class ServerState(enum.StrEnum):
+    OK = "ok"  # accepts connections
+    SHUTTING_DOWN = "shuttingDown"  # refuses new connections: shutting down
+    REFUSING = "refusing"  # refuses new connections otherwise (starting up, in recovery)
+    UNREACHABLE = "unreachable"  # no answer at all
+
+    @property
+    def refuses(self) -> bool:
+        return self in (ServerState.SHUTTING_DOWN, ServerState.REFUSING)
+
+
+def _probe_target(dsn: str) -> tuple[str, int, str, str] | None:
+    """(host or socket path, port, user, database) of a single-host DSN, or None."""
+    try:
+        parts = urlsplit(dsn)
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        host = unquote(parts.hostname or "") or query.get("host", "")
+        port = parts.port or int(query.get("port", "5432"))
+    except ValueError:
+        return None
+    if parts.scheme not in ("postgres", "postgresql") or "," in (parts.netloc + host):
+        return None
+    user = unquote(parts.username or "") or query.get("user") or os.environ.get("PGUSER", "")
+    user = user or getpass.getuser()
+    database = unquote(parts.path.lstrip("/")) or query.get("dbname") or user
+    host = host or "/run/postgresql"
+    if host.startswith("/"):
+        host = f"{host}/.s.PGSQL.{port}"
+    return host, port, user, database
+
+
+async def probe_server(dsn: str) -> ServerState | None:
+    """Whether the server accepts connections, from its answer to a bare startup packet.
+
+    Costs the server a backend start but no authentication: the probe hangs up when asked for
+    credentials (which PostgreSQL does not log). None when the DSN names no single server.
+    """
+    target = _probe_target(dsn)
+    if target is None:
+        return None
+    host, port, user, database = target
+    params = b"".join(
+        key + b"\0" + value.encode() + b"\0"
+        for key, value in ((b"user", user), (b"database", database))
+    )
+    packet = struct.pack("!ii", 8 + len(params) + 1, _PROTOCOL_3_0) + params + b"\0"
+    writer = None
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT_SECONDS):
+            if host.startswith("/"):
+                reader, writer = await asyncio.open_unix_connection(host)
+            else:
+                reader, writer = await asyncio.open_connection(host, port)
+            writer.write(packet)
+            kind = await reader.readexactly(1)
+            if kind != b"E":
+                return ServerState.OK  # an authentication request (or protocol negotiation)
+            (length,) = struct.unpack("!i", await reader.readexactly(4))
+            fields = await reader.readexactly(min(length - 4, 8192))
+    except (OSError, TimeoutError, asyncio.IncompleteReadError):
+        return ServerState.UNREACHABLE
+    finally:
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+    error = {f[:1]: f[1:].decode(errors="replace") for f in fields.split(b"\0") if f}
+    if error.get(b"C") != "57P03":
+        return ServerState.OK  # e.g. no pg_hba entry for this probe: the server is up
+    if "shutting down" in error.get(b"M", ""):
+        return ServerState.SHUTTING_DOWN
+    return ServerState.REFUSING
+
+
+class Pool(asyncpg.Pool):
+    """asyncpg's pool that lets go of a server refusing connections (see the module doc)."""
+
+    def __init__(self, dsn: str, **options: Any) -> None:
+        super().__init__(dsn, connect=self._connect_watched, **options)
+        self.dsn = dsn
+        self.server_state = ServerState.OK
+        self.server_state_since = time.monotonic()
+        self._watch_task: asyncio.Task[None] | None = None
+        self._letting_go: asyncio.Task[None] | None = None
+
+    async def _connect_watched(self, *args: Any, **kwargs: Any) -> asyncpg.Connection:
+        try:
+            return await asyncpg.connect(*args, **kwargs)
+        except asyncpg.CannotConnectNowError as exc:
+            state = (
+                ServerState.SHUTTING_DOWN if "shutting down" in str(exc) else ServerState.REFUSING
+            )
+            self.observe(state)
+            raise
+
+    def observe(self, state: ServerState) -> None:
+        """Record what the server said; while it refuses, let go of its connections."""
+        if state is not self.server_state:
+            log.warning(
+                "postgres server %s (was %s)",
+                state.value,
+                self.server_state.value,
+                extra={"server_state": state.value},
+            )
+            self.server_state, self.server_state_since = state, time.monotonic()
+        if state.refuses and self._letting_go is None and not self.is_closing():
+            self._letting_go = asyncio.get_running_loop().create_task(self._let_go())
+
+    async def _let_go(self) -> None:
+        try:
+            await self.expire_connections()  # connections in use close when released
+            closed = 0
+            # asyncpg has no public way to close just the idle connections: its holders do.
+            for holder in self._holders:
+                if holder.is_connected() and holder.is_idle():
+                    holder.terminate()
+                    closed += 1
+            if closed:
+                log.warning("closed %d idle postgres connections: server refuses", closed)
+        finally:
+            self._letting_go = None
+
+    def start_watch(self, interval: float = PROBE_INTERVAL_SECONDS) -> None:
+        if interval > 0 and self._watch_task is None and _probe_target(self.dsn) is not None:
+            self._watch_task = asyncio.get_running_loop().create_task(self._watch(interval))
+
+    async def _watch(self, interval: float) -> None:
+        while not self.is_closing():
+            await asyncio.sleep(interval)
+            state = await probe_server(self.dsn)
+            if state is not None and not self.is_closing():
+                self.observe(state)
+
+    def _stop_watch(self) -> None:
+        for task in (self._watch_task, self._letting_go):
+            if task is not None:
+                task.cancel()
+        self._watch_task = None
+
+    async def close(self) -> None:
+        self._stop_watch()
+        await super().close()
+
+    def terminate(self) -> None:
+        self._stop_watch()
+        super().terminate()
+
+
+async def create_pool(
+    dsn: str,
+    *,
+    min_size: int = 2,
+    max_size: int = 20,
+    probe_interval: float = PROBE_INTERVAL_SECONDS,
+) -> Pool:
+    pool = Pool(
         dsn,
         min_size=min_size,
         max_size=max_size,
+        max_queries=50_000,
+        max_inactive_connection_lifetime=300.0,
+        setup=None,
         init=_init_connection,
         reset=_keep_session,
+        loop=None,
+        connection_class=asyncpg.Connection,
+        record_class=asyncpg.Record,
         # A statement cache keyed by text is safe here: the schema only changes through
         # migrations, which run before any pool serves requests.
         command_timeout=30,
     )
-    assert pool is not None
+    await pool
+    pool.start_watch(probe_interval)
     return pool
 
 
