@@ -108,3 +108,82 @@ async def test_access_log_writes_one_json_line_per_request(client: Any) -> None:
     assert [(e["route"], e["status"]) for e in lines] == [("/v1/health", 200), ("unmatched", 404)]
     assert lines[0]["request_id"] == resp.headers["x-request-id"] == "trace-me"
     assert lines[0]["duration_ms"] >= 0
+
+
+# --- readiness is cheap; /metrics can be restricted -------------------------------------------
+
+
+def _shard_pings(text: str) -> float:
+    import re
+
+    pattern = (
+        r'^marketplace_actor_call_duration_seconds_count\{actor="project-shard-\d+",'
+        r'method="ping",outcome="ok"\} (\S+)$'
+    )
+    return sum(float(value) for value in re.findall(pattern, text, re.M))
+
+
+async def test_readiness_checks_once_per_interval_however_hard_it_is_polled(
+    aiohttp_client: Any, servers: Any, ray_cluster: None, clean_state: None
+) -> None:
+    import asyncio
+
+    from marketplace.http.app import create_app
+    from tests.conftest import make_settings
+
+    client = await aiohttp_client(create_app(make_settings(servers, readiness_cache_ms=1500)))
+    before = _shard_pings(await (await client.get("/metrics")).text())
+    first = await asyncio.gather(*(client.get("/v1/health/ready") for _ in range(40)))
+    for _ in range(20):
+        first.append(await client.get("/v1/health/ready"))
+    assert {r.status for r in first} == {200}
+    after = _shard_pings(await (await client.get("/metrics")).text())
+    assert after - before == 2  # one round: one ping per shard actor, for 60 requests
+
+    await asyncio.sleep(1.6)
+    assert (await client.get("/v1/health/ready")).status == 200
+    assert _shard_pings(await (await client.get("/metrics")).text()) - after == 2
+
+
+async def test_metrics_are_served_only_to_allowed_networks(
+    aiohttp_client: Any, servers: Any, ray_cluster: None, clean_state: None
+) -> None:
+    import aiohttp
+
+    from marketplace.http.app import create_app
+    from tests.conftest import make_settings
+
+    closed = await aiohttp_client(create_app(make_settings(servers, metrics_allow="10.0.0.0/8")))
+    resp = await closed.get("/metrics")
+    assert resp.status == 403
+    body = await resp.json()
+    assert body["error"] == "forbidden"
+    assert "10.0.0.0" not in body["message"]
+    # Other routes are not affected.
+    assert (await closed.get("/v1/health")).status == 200
+
+    opened = await aiohttp_client(
+        create_app(make_settings(servers, metrics_allow="10.0.0.0/8, 127.0.0.1/32"))
+    )
+    resp = await opened.get("/metrics")
+    assert resp.status == 200
+    assert "marketplace_http_requests_total" in await resp.text()
+    # Another loopback address is outside 127.0.0.1/32.
+    local = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
+    async with (
+        aiohttp.ClientSession(connector=local) as other,
+        other.get(str(opened.make_url("/metrics"))) as resp,
+    ):
+        assert resp.status == 403
+        assert (await resp.json())["error"] == "forbidden"
+
+
+def test_metrics_allow_must_name_networks(servers: Any) -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    from tests.conftest import make_settings
+
+    with pytest.raises(ValidationError, match="not a network"):
+        make_settings(servers, metrics_allow="10.0.0.0/8, intranet")
+    assert make_settings(servers, metrics_allow="").metrics_allow_networks == []

@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import logging
+import time
+from collections.abc import Awaitable
 from importlib import resources
 from typing import Any
 
+import asyncpg
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import Field
+from redis.exceptions import RedisError
 
 from marketplace import __version__
-from marketplace.errors import ServiceUnavailable
+from marketplace.config.settings import parse_networks
+from marketplace.errors import Forbidden, MarketplaceError, ServiceUnavailable
 from marketplace.http import keys
 from marketplace.http.openapi import build_openapi
 from marketplace.http.routing import AuthMode, Call, RouteTable
 from marketplace.metrics import DB_POOL_IDLE, DB_POOL_MAX, DB_POOL_SIZE
+from marketplace.storage.pool import Pool, ServerState, probe_server
 from marketplace.types import ResponseModel
+
+log = logging.getLogger(__name__)
 
 routes = RouteTable(tag="system")
 
@@ -26,6 +36,7 @@ API_DESCRIPTION = (
     "creation claims, off-chain records, identity and legal assent."
 )
 _OPENAPI_DOCUMENT: web.AppKey[dict[str, Any]] = web.AppKey("openapi_document", dict)
+_METRICS_ALLOW: web.AppKey[list[Any]] = web.AppKey("metrics_allow", list)
 
 
 class HealthStatus(ResponseModel):
@@ -41,6 +52,87 @@ class ReadinessStatus(ResponseModel):
     postgres: str
     redis: str
     projectShards: int = Field(ge=0, description="shard actors that answered a ping")
+
+
+class NotReady(ServiceUnavailable):
+    """503 naming the dependencies that did not answer (by role, never by address)."""
+
+    def __init__(self, checks: dict[str, Any]) -> None:
+        failing = ", ".join(f"{name} {value}" for name, value in checks.items() if value != "ok")
+        super().__init__(f"not ready: {failing}")
+        self.extra["checks"] = checks
+
+
+class Readiness:
+    """One round of dependency checks per interval, however often readiness is asked.
+
+    Concurrent callers share the round in progress; its outcome, ready or not, is the answer
+    until it is older than ``readiness_cache_ms``.
+    """
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._checked_at = -1e9
+        self._outcome: ReadinessStatus | NotReady | None = None
+
+    async def get(self, app: web.Application) -> ReadinessStatus:
+        ttl = app[keys.SETTINGS].readiness_cache_ms / 1000
+        async with self._lock:
+            if self._outcome is None or time.monotonic() - self._checked_at >= ttl:
+                self._outcome = await check_dependencies(app)
+                self._checked_at = time.monotonic()
+            outcome = self._outcome
+        if isinstance(outcome, NotReady):
+            raise NotReady(outcome.extra["checks"])
+        return outcome
+
+
+READINESS: web.AppKey[Readiness] = web.AppKey("readiness", Readiness)
+
+
+async def _answered(check: Awaitable[Any], limit: float) -> bool:
+    try:
+        await asyncio.wait_for(check, limit)
+    except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError, RedisError):
+        return False
+    except MarketplaceError:  # an actor call that failed or timed out
+        return False
+    return True
+
+
+async def _postgres_state(app: web.Application, limit: float) -> str:
+    pool = app[keys.PG_POOL]
+    # The server's own answer first: during a smart shutdown pooled connections still work.
+    state = await probe_server(app[keys.SETTINGS].database_url)
+    if state is not None:
+        if isinstance(pool, Pool):
+            pool.observe(state)
+        if state is not ServerState.OK:
+            return state.value
+    return "ok" if await _answered(pool.fetchval("SELECT 1"), limit) else "unavailable"
+
+
+async def check_dependencies(app: web.Application) -> ReadinessStatus | NotReady:
+    limit = app[keys.SETTINGS].actor_call_timeout_seconds
+    answers: list[Any] = []
+
+    async def ping_shards() -> None:
+        answers.extend(await app[keys.PROJECT_SHARDS].ping_all())
+
+    postgres, redis_ok, shards_ok = await asyncio.gather(
+        _postgres_state(app, limit),
+        _answered(app[keys.REDIS].ping(), limit),
+        _answered(ping_shards(), limit),
+    )
+    checks: dict[str, Any] = {
+        "postgres": postgres,
+        "redis": "ok" if redis_ok else "unavailable",
+        "projectShards": "ok" if shards_ok else "unavailable",
+    }
+    if any(value != "ok" for value in checks.values()):
+        log.warning("not ready", extra={"checks": checks})
+        return NotReady(checks)
+    return ReadinessStatus(status="ready", postgres="ok", redis="ok", projectShards=len(answers))
 
 
 class RootInfo(ResponseModel):
@@ -81,16 +173,10 @@ async def get_health(call: Call[None, None, None]) -> HealthStatus:
     rate_limited=False,
 )
 async def get_readiness(call: Call[None, None, None]) -> ReadinessStatus:
-    """Round-trips Postgres, Redis and every project shard actor (a Ray call each)."""
-    limit = call.settings.actor_call_timeout_seconds
-    try:
-        async with asyncio.timeout(limit):
-            await call.pool.fetchval("SELECT 1")
-            await call.redis.ping()
-            shards = await call.app[keys.PROJECT_SHARDS].ping_all()
-    except TimeoutError as exc:
-        raise ServiceUnavailable(f"a dependency did not answer within {limit:g} s") from exc
-    return ReadinessStatus(status="ready", postgres="ok", redis="ok", projectShards=len(shards))
+    """Asks Postgres whether it accepts connections and round-trips it, Redis and every project
+    shard actor; the outcome is reused for `MARKETPLACE_READINESS_CACHE_MS`. 503 names the
+    dependencies that did not answer, in `checks`."""
+    return await call.app[READINESS].get(call.app)
 
 
 @routes.get(
@@ -114,6 +200,9 @@ async def get_root(call: Call[None, None, None]) -> RootInfo:
 
 
 def setup(app: web.Application) -> None:
+    app[READINESS] = Readiness()
+    app[_METRICS_ALLOW] = parse_networks(app[keys.SETTINGS].metrics_allow)
+
     async def build_document(app: web.Application) -> None:
         from marketplace.http.app import ROUTES
 
@@ -160,8 +249,14 @@ async def get_docs(call: Call[None, None, None]) -> web.StreamResponse:
     response=None,
     rate_limited=False,
     response_content_type="text/plain",
+    errors=(Forbidden,),
 )
 async def get_metrics(call: Call[None, None, None]) -> web.StreamResponse:
+    """Open to the networks in `MARKETPLACE_METRICS_ALLOW` (everyone when it is empty), by
+    peer address; 403 for others."""
+    allowed = call.app[_METRICS_ALLOW]
+    if allowed and not _peer_in(call.request.remote, allowed):
+        raise Forbidden("metrics are not served to this address")
     for refresh in call.app[keys.METRICS_REFRESHERS]:
         await refresh(call.app)
     pool = call.pool
@@ -172,3 +267,13 @@ async def get_metrics(call: Call[None, None, None]) -> web.StreamResponse:
     response.content_type = CONTENT_TYPE_LATEST.split(";")[0]
     response.charset = "utf-8"
     return response
+
+
+def _peer_in(remote: str | None, networks: list[Any]) -> bool:
+    try:
+        address = ipaddress.ip_address(remote or "")
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in networks)

@@ -1,0 +1,119 @@
+"""A PostgreSQL "smart" shutdown (SIGTERM to the postmaster) does not leave the service half
+serving: readiness says so, reads answer 503 instead of coming from connections that happen to
+survive, every pool lets go so the server can actually stop, and all recovers once it is back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from marketplace.embedded.postgres import EmbeddedPostgres
+from marketplace.storage.migrations import migrate_dsn
+from marketplace.storage.pool import ServerState, probe_server
+from tests.conftest import Servers, make_settings, new_user
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[EmbeddedPostgres]:
+    """A PostgreSQL of this test's own: the session's shared one is never stopped."""
+    data_dir = Path(tempfile.mkdtemp(prefix="mkt-pg-shutdown-", dir="/tmp"))
+    os.chmod(data_dir, 0o755)
+    server = EmbeddedPostgres(data_dir)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _postmaster_pid(server: EmbeddedPostgres) -> int:
+    return int((server.pgdata / "postmaster.pid").read_text().split()[0])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def _eventually(check: Any, seconds: float, what: str) -> None:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, what
+        await asyncio.sleep(0.1)
+
+
+async def test_smart_shutdown_is_reported_released_and_recovered(
+    aiohttp_client: Any,
+    servers: Servers,
+    module_namespace: str,
+    own_postgres: EmbeddedPostgres,
+) -> None:
+    from marketplace.http.app import create_app
+
+    await migrate_dsn(own_postgres.dsn)
+    settings = make_settings(
+        servers,
+        database_url=own_postgres.dsn,
+        ray_namespace=module_namespace,
+        readiness_cache_ms=0,
+    )
+    client = await aiohttp_client(create_app(settings))
+    user = new_user()
+    # Readiness makes the shard actors' pools connect too: every process holds connections.
+    resp = await client.get("/v1/health/ready")
+    assert resp.status == 200, await resp.text()
+    assert (await client.get("/v1/projects")).status == 200
+    assert (await client.get("/v1/api-keys", headers=user.headers)).status == 200
+
+    pid = _postmaster_pid(own_postgres)
+    os.kill(pid, signal.SIGTERM)  # smart shutdown: existing sessions may go on, new ones not
+    await _eventually(
+        lambda: _probe_is(own_postgres, ServerState.SHUTTING_DOWN), 5, "server never refused"
+    )
+
+    resp = await client.get("/v1/health/ready")
+    assert resp.status == 503
+    body = await resp.json()
+    assert body["error"] == "service_unavailable"
+    assert body["checks"]["postgres"] in ("shuttingDown", "unreachable")
+    assert "127.0.0.1" not in body["message"] and str(own_postgres.port) not in body["message"]
+    assert resp.headers["Retry-After"]
+    # Reads do not come from the connections that would still work: the pool let them go.
+    for path, headers in (("/v1/projects", {}), ("/v1/api-keys", user.headers)):
+        resp = await client.get(path, headers=headers)
+        assert resp.status == 503, (path, await resp.text())
+        assert (await resp.json())["error"] == "service_unavailable"
+
+    # Every pool (this frontend's and each shard actor's) closed its idle connections, so the
+    # server finished its shutdown instead of waiting for them forever.
+    await _eventually(lambda: _gone(pid), 15, "postgres kept waiting for our connections")
+
+    own_postgres.start()
+    # Once it is back, everything recovers without a restart.
+    await _eventually(lambda: _status_is(client, "/v1/health/ready", 200), 20, "never ready")
+    assert (await client.get("/v1/projects")).status == 200
+    assert (await client.get("/v1/api-keys", headers=user.headers)).status == 200
+
+
+async def _probe_is(server: EmbeddedPostgres, state: ServerState) -> bool:
+    return await probe_server(server.dsn) is state
+
+
+async def _gone(pid: int) -> bool:
+    return not _alive(pid)
+
+
+async def _status_is(client: Any, path: str, status: int) -> bool:
+    return bool((await client.get(path)).status == status)
