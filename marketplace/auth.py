@@ -18,7 +18,7 @@ from typing import Protocol
 import jwt
 
 from marketplace.config import Settings
-from marketplace.errors import PrincipalMismatch, Unauthorized
+from marketplace.errors import PrincipalMismatch, ServiceUnavailable, Unauthorized
 
 
 class PrincipalKind(enum.StrEnum):
@@ -135,6 +135,9 @@ class SessionVerifier:
                     "verify_aud": self._audience is not None,
                 },
             )
+        except jwt.PyJWKClientConnectionError as exc:
+            # Our key set is unreachable: not the caller's fault, and not a failed login.
+            raise ServiceUnavailable("session signing keys are unavailable; retry shortly") from exc
         except jwt.MissingRequiredClaimError as exc:
             raise Unauthorized(f"session token lacks the required claim {exc.claim!r}") from exc
         except (jwt.PyJWTError, ValueError) as exc:

@@ -5,7 +5,10 @@ batch by batch in single transactions. The actor's own memory holds only caches 
 known project addresses) that it reloads. Killed at any point and restarted by Ray, its
 ``__init__`` starts the loop again, which resumes from the cursor; a batch that was in flight is
 simply done again. The loop never dies on a bad block or an unreachable node: failures are logged,
-counted and retried with exponential backoff.
+counted and retried with exponential backoff (never slower than the poll interval, so recovery is
+seen as fast as progress would be). The outcome of every poll goes to Redis
+(``marketplace.indexer.health``), so every frontend's indexer status and readiness name a dead
+chain RPC within one poll interval; a lost ``newHeads`` subscription wakes the loop at once.
 
 The loop runs on its own thread with its own event loop, so it starts in ``__init__`` (also after
 a restart, when nobody calls the actor) and the actor's methods stay answerable while a batch
@@ -28,6 +31,7 @@ from marketplace.actors.options import ActorSpec
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
 from marketplace.indexer.engine import IndexerConfig, IndexerEngine
+from marketplace.indexer.health import Attempt, HealthRecorder, classify_failure
 from marketplace.storage.pool import create_pool
 
 log = logging.getLogger(__name__)
@@ -98,12 +102,16 @@ class ChainIndexer:
         )
         rpc = JsonRpcClient(self.config.rpc_url)
         engine = IndexerEngine(self.config, pool, rpc, redis)
+        health = HealthRecorder(redis, self.config.chain_id)
         heads = asyncio.create_task(self._follow_new_heads())
+        poll_s = self.config.poll_interval_ms / 1000
+        max_backoff = min(MAX_BACKOFF_SECONDS, max(poll_s, 0.5))
         backoff = 0.5
         try:
             while not self._stop.is_set():
                 try:
                     result = await engine.sync_once()
+                    await health.record(Attempt.OK)
                     backoff = 0.5
                     self._state["batches"] += 1
                     self._state["last_batch"] = {
@@ -116,14 +124,23 @@ class ChainIndexer:
                     }
                     if result.behind or result.reorg:
                         continue
-                    await self._sleep(self.config.poll_interval_ms / 1000)
+                    await self._sleep(poll_s)
                 except Exception as exc:
                     self._state["errors"] += 1
                     self._state["last_error"] = repr(exc)
-                    log.warning("indexer batch failed; backing off %.1fs", backoff, exc_info=True)
+                    kind = classify_failure(exc)
+                    # The traceback once per run of like failures; the status shows the rest.
+                    first = await health.record(kind)
+                    log.log(
+                        logging.WARNING if first else logging.DEBUG,
+                        "indexer batch failed (%s); backing off %.1fs",
+                        kind.value,
+                        backoff,
+                        exc_info=True,
+                    )
                     await engine.record_rpc_error()
                     await self._sleep(backoff)
-                    backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+                    backoff = min(backoff * 2, max_backoff)
         finally:
             heads.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -171,6 +188,9 @@ class ChainIndexer:
             except asyncio.CancelledError:
                 raise
             except Exception:
+                if self._state["subscribed"] and self._wake is not None:
+                    # The node may be gone: poll now rather than at the next interval.
+                    self._wake.set()
                 self._state["subscribed"] = False
                 log.debug("newHeads subscription lost", exc_info=True)
                 await asyncio.sleep(backoff)

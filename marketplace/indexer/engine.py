@@ -28,6 +28,7 @@ import redis.asyncio as aioredis
 
 from marketplace.chain.abi import ContractAbi
 from marketplace.chain.rpc import JsonRpcClient, RpcError
+from marketplace.indexer.health import lag_seconds_of
 from marketplace.indexer.snapshot import MilestoneRow, ProjectCreation, ProjectRow, project_rows
 from marketplace.storage.repositories import indexer as repo
 
@@ -40,6 +41,9 @@ KEEP_RECORDED_BLOCKS = 32
 # Snapshot reads: calls per JSON-RPC batch request, and batch requests in flight at once.
 SNAPSHOT_CHUNK = 200
 SNAPSHOT_CONCURRENCY = 4
+# The head query opens every poll: a node that does not answer it this fast counts as
+# unreachable (the client's own timeout is for the big log and snapshot reads).
+HEAD_TIMEOUT_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,9 @@ class IndexerEngine:
     async def sync_once(self) -> BatchResult:
         started = time.perf_counter()
         cursor = await self.ensure_cursor()
-        head = int(await self.rpc.call("eth_blockNumber", []), 16)
+        head = int(
+            await asyncio.wait_for(self.rpc.call("eth_blockNumber", []), HEAD_TIMEOUT_SECONDS), 16
+        )
         synced = cursor["last_synced_block"]
         if await self._rollback_if_reorged(synced, head):
             await self._metric_incr("reorgs_handled", 1)
@@ -377,18 +383,6 @@ class IndexerEngine:
                 extra={"lag_seconds": lag_seconds, "lag_blocks": lag_blocks},
             )
         self._lag_alerting = alerting
-
-
-def lag_seconds_of(
-    lag_blocks: int, synced_block_time: datetime | None, now: datetime | None = None
-) -> float:
-    """Seconds the read model is behind, in chain time: 0 while caught up, else the age of the
-    newest block it reflects."""
-    if lag_blocks == 0:
-        return 0.0
-    if synced_block_time is None:
-        return float("inf")
-    return max(0.0, ((now or _now()) - synced_block_time).total_seconds())
 
 
 def _now() -> datetime:

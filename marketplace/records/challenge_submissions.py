@@ -11,6 +11,7 @@ needs no chain read.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from typing import Any
 
@@ -30,6 +31,7 @@ from marketplace.records.errors import (
 from marketplace.storage.repositories import challenge_submissions as repo
 from marketplace.types import ZERO_BYTES32
 
+log = logging.getLogger(__name__)
 CHALLENGE_SUBMISSION_OF = ContractAbi.load("MarketplaceProject").functions["challengeSubmissionOf"]
 
 
@@ -50,9 +52,14 @@ async def onchain_submission_hash(ctx: ShardContext, project_address: str, submi
         data = await asyncio.wait_for(ctx.chain.call("eth_call", [call, "latest"]), timeout)
         value = CHALLENGE_SUBMISSION_OF.decode_result(data)
     except (RpcError, TimeoutError) as exc:
-        raise ServiceUnavailable(f"the chain did not answer the submission check: {exc}") from exc
+        # The detail (it may name the node's address) goes to the log, not to the client.
+        log.warning("chain read for a submission check failed: %r", exc)
+        raise ServiceUnavailable("the chain did not answer the submission check") from exc
     except Exception as exc:  # e.g. "0x" from an address without code: no usable answer
-        raise ServiceUnavailable(f"unexpected answer to the submission check: {exc!r}") from exc
+        log.warning("unexpected answer to a submission check: %r", exc)
+        raise ServiceUnavailable(
+            "unexpected answer from the chain to the submission check"
+        ) from exc
     return str(value).lower()
 
 

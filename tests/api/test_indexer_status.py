@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
+from eth_utils import to_checksum_address
 
 from marketplace.indexer.engine import METRICS_KEY
 from tests.conftest import SCHEDULER_SECRET, Servers, bearer, new_user
@@ -39,6 +41,7 @@ async def test_status_needs_a_principal_or_the_scheduler(client: Any) -> None:
     body = await resp.json()
     assert body["source"] == "unknown"
     assert body["stale"] is True
+    assert body["staleReason"] == "notConfigured"
     assert body["freshnessTargetMs"] == 300_000
 
 
@@ -49,6 +52,10 @@ async def test_caught_up_indexer_is_fresh(client: Any, servers: Servers) -> None
     assert resp.status == 200
     assert body["source"] == "indexed"
     assert body["stale"] is False
+    assert "staleReason" not in body
+    # Stored lower-case, returned EIP-55 like every address.
+    assert body["registryAddress"] == to_checksum_address("0x" + "ab" * 20)
+    assert body["registryAddress"] != "0x" + "ab" * 20
     assert body["lagBlocks"] == 0
     assert body["lagSeconds"] == 0
     assert body["lastSyncedBlock"] == 120
@@ -61,6 +68,7 @@ async def test_lagging_or_silent_indexer_is_stale(client: Any, servers: Servers)
         await client.get("/v1/internal/indexer/status", headers=new_user().headers)
     ).json()
     assert body["stale"] is True
+    assert body["staleReason"] == "lagging"
     assert body["lagBlocks"] == 300
     assert body["lagSeconds"] >= 900
 
@@ -73,6 +81,18 @@ async def test_silent_indexer_is_stale_even_when_it_was_caught_up(
         await client.get("/v1/internal/indexer/status", headers=new_user().headers)
     ).json()
     assert body["stale"] is True
+    assert body["staleReason"] == "notSyncing"
+
+
+async def test_source_is_the_spec_enum_in_the_openapi_document(client: Any) -> None:
+    doc = await (await client.get("/v1/openapi.json")).json()
+    schemas = doc["components"]["schemas"]
+    source = schemas["IndexerStatusResponse"]["properties"]["source"]
+    if "$ref" in source:
+        source = schemas[source["$ref"].rsplit("/", 1)[-1]]
+    assert source["enum"] == ["indexed", "manual", "unknown"]
+    registry = schemas["IndexerStatusResponse"]["properties"]["registryAddress"]
+    assert "0x[0-9a-fA-F]{40}" in json.dumps(registry)
 
 
 async def test_indexer_metrics_are_mirrored_into_metrics(client: Any) -> None:

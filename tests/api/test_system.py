@@ -20,7 +20,13 @@ async def test_readiness_round_trips_every_shard_actor(client: Any) -> None:
     resp = await client.get("/v1/health/ready")
     assert resp.status == 200
     body = await resp.json()
-    assert body == {"status": "ready", "postgres": "ok", "redis": "ok", "projectShards": 2}
+    assert body == {
+        "status": "ready",
+        "postgres": "ok",
+        "redis": "ok",
+        "projectShards": 2,
+        "indexer": "disabled",  # no chain configured here
+    }
 
 
 async def test_root_info(client: Any) -> None:

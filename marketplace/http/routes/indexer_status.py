@@ -1,24 +1,26 @@
 """Indexer freshness (``GET /v1/internal/indexer/status``) and the indexer actor's start-up.
 
-The status is read from the cursor row in Postgres, not from the actor: it stays answerable while
-the actor restarts, and it is the same on every frontend.
+The status is read from the cursor row in Postgres and the indexer's last poll outcome in Redis
+(``marketplace.indexer.health``), not from the actor: it stays answerable while the actor
+restarts, and it is the same on every frontend.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+from datetime import datetime
 
 from aiohttp import web
 from pydantic import Field
 
 from marketplace.actors.indexer import INDEXER_SPEC
+from marketplace.config import Settings
 from marketplace.http import keys
 from marketplace.http.routing import AuthMode, Call, RouteTable
-from marketplace.indexer.engine import METRICS_KEY, lag_seconds_of
+from marketplace.indexer.engine import METRICS_KEY
+from marketplace.indexer.health import Freshness, FreshnessSource, StaleReason, freshness
 from marketplace.metrics import INDEXER_GAUGES
-from marketplace.storage.repositories import indexer as indexer_repo
-from marketplace.types import ResponseModel
+from marketplace.types import Address, ResponseModel
 
 log = logging.getLogger(__name__)
 routes = RouteTable(tag="indexer")
@@ -27,13 +29,24 @@ routes = RouteTable(tag="indexer")
 class IndexerStatusResponse(ResponseModel):
     """Indexer health and freshness (IndexerFreshnessStatus fields plus cursor details)."""
 
-    source: str = Field(description="indexed, manual or unknown")
+    source: FreshnessSource
     indexedAt: datetime | None = None
     stale: bool
     freshnessTargetMs: int = Field(ge=1)
     lastSuccessfulSyncAt: datetime | None = None
+    staleReason: StaleReason | None = Field(
+        default=None,
+        description=(
+            "why `stale` is true (our extension): rpcUnreachable / rpcError / indexerError "
+            "(the indexer's last poll failed; seen within one poll interval), notSyncing (no "
+            "successful sync within the lag alert threshold), lagging, notStarted, notConfigured"
+        ),
+    )
+    failingSince: datetime | None = Field(
+        default=None, description="start of the current run of failed polls (our extension)"
+    )
     chainId: int
-    registryAddress: str | None = None
+    registryAddress: Address | None = None
     startBlock: int | None = None
     lastSyncedBlock: int | None = None
     headBlock: int | None = None
@@ -41,6 +54,21 @@ class IndexerStatusResponse(ResponseModel):
     lagSeconds: float | None = None
     lagAlertSeconds: int
     pollIntervalMs: int
+
+
+def chain_configured(settings: Settings) -> bool:
+    return bool(settings.indexer_enabled and settings.chain_rpc_url and settings.registry_address)
+
+
+async def current_freshness(app: web.Application) -> Freshness:
+    settings = app[keys.SETTINGS]
+    return await freshness(
+        app[keys.PG_POOL],
+        app[keys.REDIS],
+        chain_id=settings.chain_id,
+        chain_configured=chain_configured(settings),
+        lag_alert_seconds=settings.indexer_lag_alert_seconds,
+    )
 
 
 @routes.get(
@@ -52,49 +80,45 @@ class IndexerStatusResponse(ResponseModel):
     exclude_none=True,
 )
 async def get_indexer_status(call: Call[None, None, None]) -> IndexerStatusResponse:
-    """`stale` is true when the read model lags the chain by more than the alert threshold, or
-    when no successful sync happened within it (a stopped indexer is stale too)."""
+    """`stale` is true when the indexer's last poll failed (a dead chain RPC shows within one
+    poll interval), when no successful sync happened within the lag alert threshold (a stopped
+    indexer is stale too), or when the read model lags the chain by more than it; `staleReason`
+    says which. Nothing here names a host or URL."""
     settings = call.settings
-    cursor = await indexer_repo.get_cursor(call.pool, settings.chain_id)
-    target_ms = settings.indexer_lag_alert_seconds * 1000
+    state = await current_freshness(call.app)
+    common = {
+        "source": state.source,
+        "stale": state.stale,
+        "staleReason": state.reason,
+        "failingSince": state.failing_since,
+        "freshnessTargetMs": settings.indexer_lag_alert_seconds * 1000,
+        "lagAlertSeconds": settings.indexer_lag_alert_seconds,
+        "pollIntervalMs": settings.indexer_poll_interval_ms,
+    }
+    cursor = state.cursor
     if cursor is None:
-        return IndexerStatusResponse(
-            source="unknown",
-            stale=True,
-            freshnessTargetMs=target_ms,
-            chainId=settings.chain_id,
-            lagAlertSeconds=settings.indexer_lag_alert_seconds,
-            pollIntervalMs=settings.indexer_poll_interval_ms,
-        )
-    now = datetime.now(UTC)
-    lag_blocks = max(0, cursor["head_block"] - cursor["last_synced_block"])
-    lag_seconds = lag_seconds_of(lag_blocks, cursor["last_synced_block_time"], now)
-    last_sync = cursor["last_successful_sync_at"]
-    silent = (
-        last_sync is None or (now - last_sync).total_seconds() > settings.indexer_lag_alert_seconds
-    )
+        return IndexerStatusResponse(chainId=settings.chain_id, **common)
+    lag_seconds = state.lag_seconds
     return IndexerStatusResponse(
-        source="indexed",
         indexedAt=cursor["last_synced_block_time"],
-        stale=silent or lag_seconds > settings.indexer_lag_alert_seconds,
-        freshnessTargetMs=target_ms,
-        lastSuccessfulSyncAt=last_sync,
+        lastSuccessfulSyncAt=cursor["last_successful_sync_at"],
         chainId=cursor["chain_id"],
         registryAddress=cursor["registry_address"],
         startBlock=cursor["start_block"],
         lastSyncedBlock=cursor["last_synced_block"],
         headBlock=cursor["head_block"],
-        lagBlocks=lag_blocks,
-        lagSeconds=None if lag_seconds == float("inf") else round(lag_seconds, 3),
-        lagAlertSeconds=settings.indexer_lag_alert_seconds,
-        pollIntervalMs=settings.indexer_poll_interval_ms,
+        lagBlocks=state.lag_blocks,
+        lagSeconds=None
+        if lag_seconds is None or lag_seconds == float("inf")
+        else round(lag_seconds, 3),
+        **common,
     )
 
 
 def setup(app: web.Application) -> None:
     async def start_indexer(app: web.Application) -> None:
         settings = app[keys.SETTINGS]
-        if not (settings.indexer_enabled and settings.chain_rpc_url and settings.registry_address):
+        if not chain_configured(settings):
             log.info("chain indexer not started: no chain configured")
             return
         runtime = app[keys.ACTORS]

@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import Awaitable
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 from aiohttp import web
@@ -21,7 +21,9 @@ from marketplace.config.settings import parse_networks
 from marketplace.errors import Forbidden, MarketplaceError, ServiceUnavailable
 from marketplace.http import keys
 from marketplace.http.openapi import build_openapi
+from marketplace.http.routes.indexer_status import chain_configured, current_freshness
 from marketplace.http.routing import AuthMode, Call, RouteTable
+from marketplace.indexer.health import StaleReason
 from marketplace.metrics import DB_POOL_IDLE, DB_POOL_MAX, DB_POOL_SIZE
 from marketplace.storage.pool import Pool, ServerState, probe_server
 from marketplace.types import ResponseModel
@@ -46,12 +48,21 @@ class HealthStatus(ResponseModel):
 
 
 class ReadinessStatus(ResponseModel):
-    """Readiness: every dependency a mutation needs answered."""
+    """Readiness: every dependency a mutation needs answered.
 
-    status: str
+    `status` is `degraded` while the chain indexer is stale (a dead chain RPC shows within one
+    poll interval): reads and off-chain writes still work, so the answer stays 200 (failing it
+    would take every frontend out of rotation for a shared outside dependency).
+    """
+
+    status: Literal["ready", "degraded"]
     postgres: str
     redis: str
     projectShards: int = Field(ge=0, description="shard actors that answered a ping")
+    indexer: Literal["ok", "stale", "disabled", "unknown"] = Field(
+        description="chain indexer freshness (see GET /v1/internal/indexer/status)"
+    )
+    indexerStaleReason: StaleReason | None = None
 
 
 class NotReady(ServiceUnavailable):
@@ -132,7 +143,27 @@ async def check_dependencies(app: web.Application) -> ReadinessStatus | NotReady
     if any(value != "ok" for value in checks.values()):
         log.warning("not ready", extra={"checks": checks})
         return NotReady(checks)
-    return ReadinessStatus(status="ready", postgres="ok", redis="ok", projectShards=len(answers))
+    indexer, reason = await _indexer_state(app, limit)
+    return ReadinessStatus(
+        status="degraded" if indexer == "stale" else "ready",
+        postgres="ok",
+        redis="ok",
+        projectShards=len(answers),
+        indexer=indexer,
+        indexerStaleReason=reason,
+    )
+
+
+async def _indexer_state(
+    app: web.Application, limit: float
+) -> tuple[Literal["ok", "stale", "disabled", "unknown"], StaleReason | None]:
+    if not chain_configured(app[keys.SETTINGS]):
+        return "disabled", None
+    try:
+        state = await asyncio.wait_for(current_freshness(app), limit)
+    except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        return "unknown", None
+    return ("stale", state.reason) if state.stale else ("ok", None)
 
 
 class RootInfo(ResponseModel):
@@ -171,11 +202,13 @@ async def get_health(call: Call[None, None, None]) -> HealthStatus:
     response=ReadinessStatus,
     errors=(ServiceUnavailable,),
     rate_limited=False,
+    exclude_none=True,
 )
 async def get_readiness(call: Call[None, None, None]) -> ReadinessStatus:
     """Asks Postgres whether it accepts connections and round-trips it, Redis and every project
-    shard actor; the outcome is reused for `MARKETPLACE_READINESS_CACHE_MS`. 503 names the
-    dependencies that did not answer, in `checks`."""
+    shard actor, and reads the chain indexer's freshness; the outcome is reused for
+    `MARKETPLACE_READINESS_CACHE_MS`. 503 names the dependencies that did not answer, in
+    `checks`; a stale indexer makes the status `degraded` (still 200)."""
     return await call.app[READINESS].get(call.app)
 
 

@@ -1,0 +1,118 @@
+"""A dead chain RPC shows in the indexer status and in readiness within one poll interval, by
+kind and never by address, and clears once the node is back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from eth_utils import to_checksum_address
+from web3 import Web3
+
+from marketplace.chain.anvil import AnvilProcess
+from marketplace.chain.deploy import Deployment, deploy_dev_defaults
+from tests.conftest import SCHEDULER_SECRET, Servers, bearer, make_settings
+
+POLL_INTERVAL_MS = 1000
+STATUS = "/v1/internal/indexer/status"
+
+
+class StatefulAnvil(AnvilProcess):
+    """Keeps its chain in a state file across a stop and start, so the same chain comes back."""
+
+    def command(self) -> list[str]:
+        return [*super().command(), "--state", str(self.data_dir / "state.json")]
+
+
+@pytest.fixture
+def own_devnet(tmp_path: Path) -> Iterator[tuple[StatefulAnvil, Deployment]]:
+    """An anvil of this test's own: the module's shared devnet is never stopped."""
+    process = StatefulAnvil(tmp_path, silent=True)
+    process.start()
+    try:
+        w3 = Web3(Web3.HTTPProvider(process.rpc_url, request_kwargs={"timeout": 30}))
+        yield process, deploy_dev_defaults(w3, fee_rate_bps=250)
+    finally:
+        process.stop()
+
+
+async def _status(client: Any) -> tuple[dict[str, Any], str]:
+    resp = await client.get(STATUS, headers=bearer(SCHEDULER_SECRET))
+    assert resp.status == 200
+    text = await resp.text()
+    return json.loads(text), text
+
+
+async def _until(client: Any, predicate: Any, limit_s: float, what: str) -> float:
+    started = time.monotonic()
+    while True:
+        body, _ = await _status(client)
+        if predicate(body):
+            return time.monotonic() - started
+        assert time.monotonic() - started < limit_s, f"{what}: {body}"
+        await asyncio.sleep(0.05)
+
+
+async def test_dead_rpc_is_stale_within_one_poll_interval_and_recovers(
+    aiohttp_client: Any,
+    servers: Servers,
+    module_namespace: str,
+    clean_state: None,
+    own_devnet: tuple[StatefulAnvil, Deployment],
+) -> None:
+    from marketplace.http.app import create_app
+
+    anvil, deployment = own_devnet
+    settings = make_settings(
+        servers,
+        ray_namespace=module_namespace,
+        chain_rpc_url=anvil.rpc_url,
+        chain_id=deployment.chain_id,
+        registry_address=deployment.registry,
+        chain_start_block=deployment.start_block,
+        indexer_poll_interval_ms=POLL_INTERVAL_MS,
+        readiness_cache_ms=0,
+    )
+    client = await aiohttp_client(create_app(settings))  # starts the indexer actor
+
+    await _until(client, lambda b: b["source"] == "indexed" and not b["stale"], 60, "never fresh")
+    body, _ = await _status(client)
+    assert body["registryAddress"] == to_checksum_address(deployment.registry)
+    assert "staleReason" not in body
+    ready = await (await client.get("/v1/health/ready")).json()
+    assert (ready["status"], ready["indexer"]) == ("ready", "ok")
+
+    anvil.stop()
+    elapsed = await _until(
+        client,
+        lambda b: b["stale"] and b.get("staleReason") == "rpcUnreachable",
+        10,
+        "dead RPC not reported",
+    )
+    assert elapsed <= POLL_INTERVAL_MS / 1000 + 0.5, f"took {elapsed:.2f} s"
+    body, text = await _status(client)
+    assert body["source"] == "indexed"
+    assert body["failingSince"]
+    # The RPC's address is internal: neither its host, its port nor a URL shows.
+    for secret in (anvil.rpc_url, f":{anvil.port}", str(anvil.port), "http://", "127.0.0.1"):
+        assert secret not in text
+
+    resp = await client.get("/v1/health/ready")
+    assert resp.status == 200  # reads and off-chain writes still work
+    ready = await resp.json()
+    assert ready["status"] == "degraded"
+    assert (ready["indexer"], ready["indexerStaleReason"]) == ("stale", "rpcUnreachable")
+    assert str(anvil.port) not in await resp.text()
+
+    anvil.start()  # same port, same chain
+    recovered = await _until(
+        client, lambda b: not b["stale"] and "staleReason" not in b, 15, "never recovered"
+    )
+    assert recovered <= POLL_INTERVAL_MS / 1000 + 2
+    ready = await (await client.get("/v1/health/ready")).json()
+    assert (ready["status"], ready["indexer"]) == ("ready", "ok")
