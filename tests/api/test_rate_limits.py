@@ -210,3 +210,28 @@ async def test_limits_hold_per_process_while_redis_is_down(
             restarted.stop()
     finally:
         own_redis.stop()
+
+
+async def test_an_unreachable_key_set_is_a_503_not_a_failed_login(
+    aiohttp_client: Any, servers: Servers, ray_cluster: None, clean_state: None
+) -> None:
+    import jwt
+
+    from marketplace.embedded.procs import free_port
+
+    client = await _app_client(
+        aiohttp_client,
+        servers,
+        jwt_secret=None,
+        jwks_url=f"http://127.0.0.1:{free_port()}/jwks.json",  # nothing listens there
+        rate_limit_auth_failures="2/60",
+    )
+    token = jwt.encode({"sub": str(new_user().user_id)}, "k" * 32, headers={"kid": "key-1"})
+    for _ in range(4):
+        resp = await client.get(EITHER, headers=bearer(token))
+        assert resp.status == 503
+        body = await resp.json()
+        assert body["error"] == "service_unavailable"
+        assert "127.0.0.1" not in body["message"] and "jwks" not in body["message"]
+    # Our outage spent none of the caller's failure budget.
+    assert (await client.get(EITHER, headers=BAD_CREDENTIALS[0])).status == 401
