@@ -113,7 +113,8 @@ def _probe_target(dsn: str) -> tuple[str, int, str, str] | None:
     user = unquote(parts.username or "") or query.get("user") or os.environ.get("PGUSER", "")
     user = user or getpass.getuser()
     database = unquote(parts.path.lstrip("/")) or query.get("dbname") or user
-    host = host or "/run/postgresql"
+    if not host:
+        return None  # libpq's default socket directory differs between builds: do not guess
     if host.startswith("/"):
         host = f"{host}/.s.PGSQL.{port}"
     return host, port, user, database

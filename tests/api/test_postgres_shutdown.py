@@ -72,8 +72,8 @@ async def test_smart_shutdown_is_reported_released_and_recovered(
     client = await aiohttp_client(create_app(settings))
     user = new_user()
     # Readiness makes the shard actors' pools connect too: every process holds connections.
-    resp = await client.get("/v1/health/ready")
-    assert resp.status == 200, await resp.text()
+    # (The shard actors of this namespace are new: starting them may outlast one check.)
+    await _eventually(lambda: _status_is(client, "/v1/health/ready", 200), 60, "never ready")
     assert (await client.get("/v1/projects")).status == 200
     assert (await client.get("/v1/api-keys", headers=user.headers)).status == 200
 
@@ -117,3 +117,23 @@ async def _gone(pid: int) -> bool:
 
 async def _status_is(client: Any, path: str, status: int) -> bool:
     return bool((await client.get(path)).status == status)
+
+
+def test_only_a_dsn_naming_one_server_is_probed() -> None:
+    from marketplace.storage.pool import _probe_target
+
+    assert _probe_target("postgresql://app:pw@10.0.0.5:6432/market") == (
+        "10.0.0.5",
+        6432,
+        "app",
+        "market",
+    )
+    assert _probe_target("postgresql://app@/market?host=/run/pg") == (
+        "/run/pg/.s.PGSQL.5432",
+        5432,
+        "app",
+        "market",
+    )
+    # Several hosts, no host (libpq's socket directory varies) or another scheme: not probed.
+    for dsn in ("postgresql://app@h1,h2/market", "postgresql:///market", "mysql://h/db"):
+        assert _probe_target(dsn) is None

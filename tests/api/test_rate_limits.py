@@ -235,3 +235,39 @@ async def test_an_unreachable_key_set_is_a_503_not_a_failed_login(
         assert "127.0.0.1" not in body["message"] and "jwks" not in body["message"]
     # Our outage spent none of the caller's failure budget.
     assert (await client.get(EITHER, headers=BAD_CREDENTIALS[0])).status == 401
+
+
+async def test_the_fallback_runs_the_same_algorithm_as_the_redis_script(
+    servers: Servers, clean_state: None
+) -> None:
+    from marketplace.gcra import Gcra, LocalGcra, Rate
+
+    client = redis.asyncio.Redis.from_url(servers.redis_url)
+    shared, local = Gcra(client), LocalGcra()
+    rate = Rate(3, 60)
+    script = [
+        ("hit", "a"), ("hit", "a"), ("hit", "a"), ("hit", "a"),  # burst of 3, then refused
+        ("try", "b"), ("try", "b"),  # nothing on record: allowed, not counted
+        ("hit", "b"), ("try", "b"), ("try", "b"), ("try", "b"),  # counted in advance, then spent
+        ("refund", "b"), ("try", "b"), ("refund", "b"), ("refund", "b"), ("refund", "b"),
+        ("try", "b"),  # all given back: nothing on record again
+    ]  # fmt: skip
+    try:
+        for op, key in script:
+            if op == "refund":
+                await shared.refund(key, rate)
+                local.run(key, rate, "refund")
+                continue
+            remote = await (shared.hit(key, rate) if op == "hit" else shared.attempt(key, rate))
+            here = local.run(key, rate, op)
+            assert (remote.allowed, remote.recorded) == (here.allowed, here.recorded), (op, key)
+            if not remote.allowed:
+                # Both say "one emission interval" (20 s for 3 per 60 s), give or take clocks.
+                assert abs(remote.wait_ms - here.wait_ms) < 500
+                assert 19_000 < remote.wait_ms <= 20_000
+        assert not shared.in_fallback
+        # "b" had every counted request given back: neither side keeps anything for it.
+        assert await client.exists("a") == 1 and await client.exists("b") == 0
+        assert len(local) == 1
+    finally:
+        await client.aclose()

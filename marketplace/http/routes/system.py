@@ -118,9 +118,11 @@ async def _postgres_state(app: web.Application, limit: float) -> str:
     if state is not None:
         if isinstance(pool, Pool):
             pool.observe(state)
-        if state is not ServerState.OK:
+        if state.refuses:
             return state.value
-    return "ok" if await _answered(pool.fetchval("SELECT 1"), limit) else "unavailable"
+    if await _answered(pool.fetchval("SELECT 1"), limit):
+        return "ok"
+    return ServerState.UNREACHABLE.value if state is ServerState.UNREACHABLE else "unavailable"
 
 
 async def check_dependencies(app: web.Application) -> ReadinessStatus | NotReady:
