@@ -94,7 +94,9 @@ async def test_dead_rpc_is_stale_within_one_poll_interval_and_recovers(
         10,
         "dead RPC not reported",
     )
-    assert elapsed <= POLL_INTERVAL_MS / 1000 + 0.5, f"took {elapsed:.2f} s"
+    # About 0.06 s measured (the lost newHeads subscription wakes the loop); the bound is one
+    # poll interval plus slack for a loaded machine.
+    assert elapsed <= POLL_INTERVAL_MS / 1000 + 1.0, f"took {elapsed:.2f} s"
     body, text = await _status(client)
     assert body["source"] == "indexed"
     assert body["failingSince"]
