@@ -164,10 +164,10 @@ async def freshness(
     failure = StaleReason(last.attempt.value) if failing and last is not None else None
     failing_since = last.since if failing and last is not None else None
     if cursor is None:
-        reason = failure or (
+        unknown = failure or (
             StaleReason.NOT_STARTED if chain_configured else StaleReason.NOT_CONFIGURED
         )
-        return Freshness(FreshnessSource.UNKNOWN, True, reason, failing_since=failing_since)
+        return Freshness(FreshnessSource.UNKNOWN, True, unknown, failing_since=failing_since)
     now = datetime.now(UTC)
     lag_blocks = max(0, cursor["head_block"] - cursor["last_synced_block"])
     lag_seconds = lag_seconds_of(lag_blocks, cursor["last_synced_block_time"], now)

@@ -86,32 +86,27 @@ async def get_indexer_status(call: Call[None, None, None]) -> IndexerStatusRespo
     says which. Nothing here names a host or URL."""
     settings = call.settings
     state = await current_freshness(call.app)
-    common = {
-        "source": state.source,
-        "stale": state.stale,
-        "staleReason": state.reason,
-        "failingSince": state.failing_since,
-        "freshnessTargetMs": settings.indexer_lag_alert_seconds * 1000,
-        "lagAlertSeconds": settings.indexer_lag_alert_seconds,
-        "pollIntervalMs": settings.indexer_poll_interval_ms,
-    }
     cursor = state.cursor
-    if cursor is None:
-        return IndexerStatusResponse(chainId=settings.chain_id, **common)
     lag_seconds = state.lag_seconds
     return IndexerStatusResponse(
-        indexedAt=cursor["last_synced_block_time"],
-        lastSuccessfulSyncAt=cursor["last_successful_sync_at"],
-        chainId=cursor["chain_id"],
-        registryAddress=cursor["registry_address"],
-        startBlock=cursor["start_block"],
-        lastSyncedBlock=cursor["last_synced_block"],
-        headBlock=cursor["head_block"],
+        source=state.source,
+        indexedAt=cursor["last_synced_block_time"] if cursor else None,
+        stale=state.stale,
+        freshnessTargetMs=settings.indexer_lag_alert_seconds * 1000,
+        lastSuccessfulSyncAt=cursor["last_successful_sync_at"] if cursor else None,
+        staleReason=state.reason,
+        failingSince=state.failing_since,
+        chainId=cursor["chain_id"] if cursor else settings.chain_id,
+        registryAddress=cursor["registry_address"] if cursor else None,
+        startBlock=cursor["start_block"] if cursor else None,
+        lastSyncedBlock=cursor["last_synced_block"] if cursor else None,
+        headBlock=cursor["head_block"] if cursor else None,
         lagBlocks=state.lag_blocks,
         lagSeconds=None
         if lag_seconds is None or lag_seconds == float("inf")
         else round(lag_seconds, 3),
-        **common,
+        lagAlertSeconds=settings.indexer_lag_alert_seconds,
+        pollIntervalMs=settings.indexer_poll_interval_ms,
     )
 
 
