@@ -25,7 +25,7 @@ Modes, each with a fresh app (and Ray), on the same chain and database:
   ``newHeads``), so only the poll timer wakes it.
 
 Targets (issue 5): p95 < 1 s with the subscription; p95 < poll interval + 1 s polling only.
-Results are printed as a table and written to bench/results/indexer_freshness.json.
+Results are printed as a table and, with --output, written to bench/results/indexer_freshness.json.
 """
 
 from __future__ import annotations
@@ -364,7 +364,14 @@ def main() -> int:
     parser.add_argument("--milestones", type=int, default=3, help="per project of the workload")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--output",
+        type=Path,
+        nargs="?",
+        const=RESULTS,
+        default=None,
+        help=f"write the JSON report (default path {RESULTS.relative_to(ROOT)}); none without it",
+    )
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     if unknown := set(modes) - set(MODES):
@@ -455,6 +462,8 @@ def main() -> int:
         "summary": summary,
         "samples": {r["mode"]: r["samples"] for r in results},
     }
+    if args.output is None:
+        return 0
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"\nwritten to {args.output}")
