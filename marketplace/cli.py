@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import logging
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 from aiohttp import web
 
 from marketplace.auth import issue_session_token
+from marketplace.capabilities import CAPABILITIES, resolve
 from marketplace.config import Settings, load_settings
 from marketplace.embedded.procs import read_or_create_secret
 from marketplace.embedded.stack import EmbeddedStack
@@ -21,9 +21,6 @@ from marketplace.logs import configure_logging
 from marketplace.storage.migrations import migrate_dsn
 
 log = logging.getLogger("marketplace")
-
-# Capabilities that add their own sub-commands expose `register_cli(subparsers)`.
-PLUGIN_MODULES = ("marketplace.identity.cli", "marketplace.chain.cli")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -144,14 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     with_data_dir(token)
     token.set_defaults(func=cmd_token)
 
-    for module_name in PLUGIN_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not module_name.startswith(exc.name):
-                raise
-            continue
-        module.register_cli(sub)
+    for capability in CAPABILITIES:
+        for reference in capability.cli:
+            resolve(reference)(sub)
     return parser
 
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from marketplace.actors.project_shard import ProjectShards
     from marketplace.actors.runtime import ActorRuntime
     from marketplace.http.ratelimit import RateLimiter
-    from marketplace.http.routing import Call
+    from marketplace.http.routing import Call, Route
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings", Settings)
 DATABASE_URL: web.AppKey[str] = web.AppKey("database_url", str)
@@ -30,7 +30,8 @@ SESSION_VERIFIER: web.AppKey[SessionVerifier] = web.AppKey("session_verifier", S
 API_KEY_RESOLVER: web.AppKey[ApiKeyResolver] = web.AppKey("api_key_resolver")
 RATE_LIMITER: web.AppKey[RateLimiter] = web.AppKey("rate_limiter")
 # Checks run, in order, after the verified-email check of every guarded mutation
-# (spec section 5 rules 7-8); the legal-assent module registers itself here.
+# (spec section 5 rules 7-8); the app factory fills it from the capabilities' guards, in
+# marketplace.capabilities.GUARD_ORDER.
 GuardHook = Callable[["Call[Any, Any, Any]"], Awaitable[None]]
 GUARD_HOOKS: web.AppKey[list[GuardHook]] = web.AppKey("guard_hooks", list)
 # Called after every response with the request and the final status (e.g. the API-key usage
@@ -44,6 +45,9 @@ MetricsRefresher = Callable[[web.Application], Awaitable[None]]
 METRICS_REFRESHERS: web.AppKey[list[MetricsRefresher]] = web.AppKey("metrics_refreshers", list)
 
 ACCESS_LOG: web.AppKey[AccessLog] = web.AppKey("access_log", AccessLog)
+
+# Every route the app registered, in registration order (the OpenAPI document is built from it).
+ROUTES: web.AppKey[list[Route]] = web.AppKey("routes", list)
 
 # Per-request storage.
 REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)

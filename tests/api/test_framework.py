@@ -298,3 +298,20 @@ async def test_rate_limit_is_shared_across_frontends(
         ]
     )
     assert sorted(r.status for r in results) == [200, 200, 200, 429, 429, 429]
+
+
+async def test_the_app_serves_exactly_the_declared_capabilities(client: Any) -> None:
+    from marketplace.capabilities import CAPABILITIES, resolve
+
+    declared = [
+        (route.method, route.path)
+        for cap in CAPABILITIES
+        for ref in cap.routes
+        for route in resolve(ref).routes
+    ]
+    served = [(route.method, route.path) for route in client.app[keys.ROUTES]]
+    assert served[: len(declared)] == declared
+    # The legal-assent guard is installed from its declaration, not by its module.
+    from marketplace.http.routes.legal import legal_assent_guard
+
+    assert client.app[keys.GUARD_HOOKS] == [legal_assent_guard]

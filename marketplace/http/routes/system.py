@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from importlib import resources
 from typing import Any
 
@@ -113,15 +114,12 @@ async def get_root(call: Call[None, None, None]) -> RootInfo:
     )
 
 
-def setup(app: web.Application) -> None:
-    async def build_document(app: web.Application) -> None:
-        from marketplace.http.app import ROUTES
-
-        app[_OPENAPI_DOCUMENT] = build_openapi(
-            app[ROUTES], title=API_TITLE, description=API_DESCRIPTION
-        )
-
-    app.on_startup.append(build_document)
+async def openapi_document(app: web.Application) -> AsyncIterator[None]:
+    """Built once at start-up, from the routes the app really registered."""
+    app[_OPENAPI_DOCUMENT] = build_openapi(
+        app[keys.ROUTES], title=API_TITLE, description=API_DESCRIPTION
+    )
+    yield
 
 
 @routes.get(
