@@ -20,6 +20,17 @@ HTTP_LATENCY = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 HTTP_IN_FLIGHT = Gauge("marketplace_http_in_flight_requests", "HTTP requests being served.")
+# Streaming responses (the live event stream) are counted apart: their lifetime is a connection's,
+# not a request's, so it must not land in the request latency histogram or the in-flight gauge.
+HTTP_STREAMS_OPEN = Gauge(
+    "marketplace_http_streams_open", "Streaming responses currently open.", ["route"]
+)
+HTTP_STREAM_DURATION = Histogram(
+    "marketplace_http_stream_duration_seconds",
+    "Lifetime of streaming responses, from opening to close.",
+    ["route"],
+    buckets=(1, 5, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600),
+)
 ACTOR_CALL_LATENCY = Histogram(
     "marketplace_actor_call_duration_seconds",
     "Latency of Ray actor calls made by the frontend, by actor and method.",

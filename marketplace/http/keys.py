@@ -52,3 +52,8 @@ ROUTES: web.AppKey[list[Route]] = web.AppKey("routes", list)
 # Per-request storage.
 REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)
 PRINCIPAL: web.RequestKey[Any] = web.RequestKey("principal")
+# perf_counter() at which a streaming response was opened (see marketplace.http.streaming).
+STREAM_OPENED_AT: web.RequestKey[float] = web.RequestKey("stream_opened_at", float)
+STREAM_RESPONSE: web.RequestKey[web.StreamResponse] = web.RequestKey(
+    "stream_response", web.StreamResponse
+)
