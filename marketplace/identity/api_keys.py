@@ -28,6 +28,7 @@ import asyncpg
 from marketplace.auth import Principal, PrincipalKind, ResolvedApiKey
 from marketplace.errors import Conflict, Forbidden, NotFound
 from marketplace.pagination import BIGINT_MAX, CursorKind, keyset_page
+from marketplace.storage.pool import Connection
 from marketplace.storage.repositories import api_keys as repo
 
 log = logging.getLogger(__name__)
@@ -159,7 +160,7 @@ async def create_key(
 
 
 async def get_owned_key(
-    conn: asyncpg.Pool | asyncpg.Connection, key_id: uuid.UUID, user_id: uuid.UUID
+    conn: asyncpg.Pool | Connection, key_id: uuid.UUID, user_id: uuid.UUID
 ) -> asyncpg.Record:
     return _owned(await repo.get_key(conn, key_id), user_id)
 

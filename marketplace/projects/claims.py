@@ -25,6 +25,7 @@ from marketplace.chain.abi import ContractAbi
 from marketplace.chain.hashes import direct_config_hash, intent_config_hash
 from marketplace.errors import Conflict, Forbidden, NotFound, ServiceUnavailable
 from marketplace.records.access import caller_wallets, visible_project
+from marketplace.storage.pool import Connection
 from marketplace.storage.repositories import claims as repo
 from marketplace.storage.repositories import wallet_links
 
@@ -166,7 +167,7 @@ async def _creation_from_chain(
 
 
 async def _check_intent(
-    conn: asyncpg.Connection,
+    conn: Connection,
     payload: dict[str, Any],
     project: str,
     created_ts: int,

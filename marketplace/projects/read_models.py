@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from marketplace.pagination import BIGINT_MAX, INTEGER_MAX, CursorKind
 from marketplace.projects.models import MilestoneReadModel, ProjectReadModel, ProjectStatus
+from marketplace.storage.pool import Connection
 from marketplace.storage.repositories import projects as projects_repo
 from marketplace.storage.repositories.projects import CHALLENGE_FALLBACK_SECONDS
 from marketplace.types import checksum_address
@@ -232,7 +233,7 @@ PROJECT_LIST_CURSOR = CursorKind("p1", (BIGINT_MAX, INTEGER_MAX))
 
 
 async def project_for_viewer(
-    conn: asyncpg.Pool | asyncpg.Connection, viewer: uuid.UUID | None, project_address: str
+    conn: asyncpg.Pool | Connection, viewer: uuid.UUID | None, project_address: str
 ) -> ProjectReadModel | None:
     """The project as ``viewer`` (None: anonymous) may see it, or None when it is unknown or
     hidden; ``viewerCanEditMetadata`` is set only for an authenticated viewer."""

@@ -5,11 +5,17 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import Any
+from typing import Any, TypeAlias
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 log = logging.getLogger(__name__)
+
+# One connection, as asyncpg.connect() or pool.acquire() hands it out: what a transaction runs on.
+Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
+# Anything a single statement can run on: a connection, or the pool (which borrows one).
+Conn: TypeAlias = "asyncpg.Pool[asyncpg.Record] | Connection"
 
 # Stored JSON is validated on the way in (free-form objects are at most 32 levels deep), but a
 # read must not fail because of what some older code or a manual edit stored: a value nested

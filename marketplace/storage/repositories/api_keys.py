@@ -8,7 +8,7 @@ from datetime import datetime
 
 import asyncpg
 
-Conn = asyncpg.Pool | asyncpg.Connection
+from marketplace.storage.pool import Conn, Connection
 
 _KEY_COLUMNS = (
     "key_id, user_id, name, key_prefix, key_last4, created_at, rotated_at, last_used_at, revoked_at"
@@ -122,12 +122,12 @@ async def list_keys(conn: Conn, user_id: uuid.UUID) -> list[asyncpg.Record]:
     return await conn.fetch(SELECT_KEYS_OF_USER, user_id)
 
 
-async def lock_key(conn: asyncpg.Connection, key_id: uuid.UUID) -> asyncpg.Record | None:
+async def lock_key(conn: Connection, key_id: uuid.UUID) -> asyncpg.Record | None:
     return await conn.fetchrow(SELECT_KEY_FOR_UPDATE, key_id)
 
 
 async def rotate_secret(
-    conn: asyncpg.Connection,
+    conn: Connection,
     key_id: uuid.UUID,
     *,
     grace_seconds: int,

@@ -6,7 +6,7 @@ import uuid
 
 import asyncpg
 
-Conn = asyncpg.Pool | asyncpg.Connection
+from marketplace.storage.pool import Conn
 
 # The unique index on lower(username) is what decides between two users claiming one name at
 # once; this constant lets callers recognise that violation.
