@@ -17,6 +17,15 @@ Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProx
 # Anything a single statement can run on: a connection, or the pool (which borrows one).
 Conn: TypeAlias = "asyncpg.Pool[asyncpg.Record] | Connection"
 
+
+async def fetch_one(conn: Conn, query: str, *args: Any) -> asyncpg.Record:
+    """The row of a statement that always returns one (``INSERT ... RETURNING``, an aggregate)."""
+    row = await conn.fetchrow(query, *args)
+    if row is None:
+        raise RuntimeError("statement returned no row")
+    return row
+
+
 # Stored JSON is validated on the way in (free-form objects are at most 32 levels deep), but a
 # read must not fail because of what some older code or a manual edit stored: a value nested
 # deeper than this is withheld (decoded as null, with a warning) instead of failing every read

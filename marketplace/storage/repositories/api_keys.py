@@ -8,7 +8,7 @@ from datetime import datetime
 
 import asyncpg
 
-from marketplace.storage.pool import Conn, Connection
+from marketplace.storage.pool import Conn, Connection, fetch_one
 
 _KEY_COLUMNS = (
     "key_id, user_id, name, key_prefix, key_last4, created_at, rotated_at, last_used_at, revoked_at"
@@ -144,7 +144,7 @@ async def rotate_secret(
     await conn.execute(DELETE_EXPIRED_SECRETS, key_id)
     await conn.execute(EXPIRE_SECRETS, key_id, valid_until)
     await conn.execute(INSERT_SECRET, secret_hash, key_id)
-    row = await conn.fetchrow(MARK_ROTATED, key_id, key_prefix, key_last4)
+    row = await fetch_one(conn, MARK_ROTATED, key_id, key_prefix, key_last4)
     return row, valid_until
 
 

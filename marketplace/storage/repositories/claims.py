@@ -8,7 +8,7 @@ from typing import Any
 
 import asyncpg
 
-from marketplace.storage.pool import Conn, Connection
+from marketplace.storage.pool import Conn, Connection, fetch_one
 
 INSERT_INTENT = """
 INSERT INTO project_create_intents (intent_id, user_id, intent_nonce, expires_at)
@@ -68,7 +68,7 @@ SELECT project_address FROM projects WHERE config_hash = $1 AND project_address 
 async def insert_intent(
     conn: Conn, intent_id: uuid.UUID, user_id: uuid.UUID, nonce: str, expires_at: datetime
 ) -> asyncpg.Record:
-    return await conn.fetchrow(INSERT_INTENT, intent_id, user_id, nonce, expires_at)
+    return await fetch_one(conn, INSERT_INTENT, intent_id, user_id, nonce, expires_at)
 
 
 async def intent_for_update(conn: Connection, intent_id: uuid.UUID) -> asyncpg.Record | None:

@@ -239,8 +239,8 @@ async def upsert_snapshots(
         for m in milestones:
             # Field by field: dataclasses.astuple deep-copies every value (all immutable here).
             values = [getattr(m, name) for name in _MILESTONE_COLUMNS]
-            for column, value in zip(milestone_columns, values, strict=True):
-                column.append(value)
+            for values_of_column, value in zip(milestone_columns, values, strict=True):
+                values_of_column.append(value)
     if milestone_columns[0]:
         await conn.execute(UPSERT_MILESTONES, *milestone_columns)
     return written

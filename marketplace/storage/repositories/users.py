@@ -7,7 +7,7 @@ from collections import OrderedDict
 
 import asyncpg
 
-from marketplace.storage.pool import Connection
+from marketplace.storage.pool import Connection, fetch_one
 
 UPSERT_SESSION_USER = """
 INSERT INTO users (user_id, email_verified, session_iat) VALUES ($1, $2, $3)
@@ -67,4 +67,4 @@ async def set_admin_flags(
     moderation_admin: bool | None,
     verifier_admin: bool | None,
 ) -> asyncpg.Record:
-    return await conn.fetchrow(SET_ADMIN_FLAGS, user_id, moderation_admin, verifier_admin)
+    return await fetch_one(conn, SET_ADMIN_FLAGS, user_id, moderation_admin, verifier_admin)

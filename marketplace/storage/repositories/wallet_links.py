@@ -11,7 +11,7 @@ from datetime import datetime
 
 import asyncpg
 
-from marketplace.storage.pool import Conn, Connection
+from marketplace.storage.pool import Conn, Connection, fetch_one
 
 INSERT_CHALLENGE = """
 INSERT INTO wallet_link_challenges
@@ -135,7 +135,7 @@ async def refresh_link(
     method: str,
     challenge_id: uuid.UUID,
 ) -> asyncpg.Record:
-    return await conn.fetchrow(REFRESH_LINK, link_id, chain_id, method, challenge_id)
+    return await fetch_one(conn, REFRESH_LINK, link_id, chain_id, method, challenge_id)
 
 
 async def insert_link(
@@ -147,7 +147,7 @@ async def insert_link(
     method: str,
     challenge_id: uuid.UUID,
 ) -> asyncpg.Record:
-    return await conn.fetchrow(INSERT_LINK, user_id, wallet, chain_id, method, challenge_id)
+    return await fetch_one(conn, INSERT_LINK, user_id, wallet, chain_id, method, challenge_id)
 
 
 async def list_active_links(conn: Conn, user_id: uuid.UUID) -> list[asyncpg.Record]:
