@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import gzip
+import hashlib
+from dataclasses import dataclass
 from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import Field
+from swagger_ui_bundle import swagger_ui_path
 
 from marketplace import __version__
-from marketplace.errors import ServiceUnavailable
+from marketplace.errors import NotFound, ServiceUnavailable
 from marketplace.http import keys
 from marketplace.http.openapi import build_openapi
 from marketplace.http.routing import AuthMode, Call, RouteTable
@@ -122,6 +128,7 @@ def setup(app: web.Application) -> None:
         )
 
     app.on_startup.append(build_document)
+    app.router.add_get(DOCS_STATIC_PREFIX + "/{bundle}/{name}", get_docs_asset, name="getDocsAsset")
 
 
 @routes.get(
@@ -136,20 +143,120 @@ async def get_openapi(call: Call[None, None, None]) -> web.StreamResponse:
     return web.json_response(call.app[_OPENAPI_DOCUMENT])
 
 
-DOCS_PAGE = resources.files("marketplace.http").joinpath("static/docs.html").read_text()
+# --- the docs page: Swagger UI from the swagger-ui-bundle-v2 wheel, served from memory ---------
+# Asset URLs carry a version segment (the bundled Swagger UI's directory name, and a digest of
+# our own files), so they can be cached for a year: an upgrade changes the URL, not the content
+# behind it. The page itself is revalidated every time.
+
+DOCS_STATIC_PREFIX = "/v1/docs/static"
+_STATIC = resources.files("marketplace.http") / "static"
+_OWN_FILES = ("docs.js", "docs.css")
+_SWAGGER_FILES = (
+    "swagger-ui-bundle.js",
+    "swagger-ui-bundle.js.map",
+    "swagger-ui.css",
+    "swagger-ui.css.map",
+    "favicon-16x16.png",
+    "favicon-32x32.png",
+)
+SWAGGER_UI_BUNDLE = swagger_ui_path.name  # e.g. "swagger-ui-5.31.0"
+OWN_BUNDLE = (
+    "marketplace-"
+    + hashlib.sha256(b"".join((_STATIC / name).read_bytes() for name in _OWN_FILES)).hexdigest()[
+        :16
+    ]
+)
+_BUNDLES: dict[str, tuple[Traversable, tuple[str, ...]]] = {
+    SWAGGER_UI_BUNDLE: (swagger_ui_path, _SWAGGER_FILES),
+    OWN_BUNDLE: (_STATIC, _OWN_FILES),
+}
+_CONTENT_TYPES = {
+    ".js": "text/javascript",
+    ".css": "text/css",
+    ".map": "application/json",
+    ".png": "image/png",
+}
+ASSET_CACHE_CONTROL = "public, max-age=31536000, immutable"
+DOCS_PAGE_CACHE_CONTROL = "no-cache"
+# Everything the page needs comes from this origin; the policy makes a stray third-party fetch
+# (a CDN font, the hosted validator) fail loudly instead of leaking the reader's visit.
+DOCS_PAGE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; font-src 'self'; base-uri 'none'; "
+    "form-action 'none'; frame-ancestors 'none'"
+)
+DOCS_PAGE = (
+    (_STATIC / "docs.html")
+    .read_text()
+    .replace("@SWAGGER@", f"{DOCS_STATIC_PREFIX}/{SWAGGER_UI_BUNDLE}")
+    .replace("@OWN@", f"{DOCS_STATIC_PREFIX}/{OWN_BUNDLE}")
+)
+
+
+@dataclass(frozen=True)
+class _Asset:
+    body: bytes
+    gzipped: bytes | None
+    content_type: str
+
+
+@functools.cache
+def _asset(bundle: str, name: str) -> _Asset | None:
+    directory, names = _BUNDLES.get(bundle, (None, ()))
+    if directory is None or name not in names:
+        return None
+    body = (directory / name).read_bytes()
+    suffix = name[name.rfind(".") :]
+    content_type = _CONTENT_TYPES[suffix]
+    gzipped = gzip.compress(body, mtime=0) if suffix != ".png" else None
+    return _Asset(body, gzipped, content_type)
+
+
+async def get_docs_asset(request: web.Request) -> web.StreamResponse:
+    """A static asset of the docs page (not an API operation, so not in the document)."""
+    bundle, name = request.match_info["bundle"], request.match_info["name"]
+    # The first request of each asset reads and compresses it off the event loop.
+    asset = await asyncio.to_thread(_asset, bundle, name)
+    if asset is None:
+        raise NotFound("no such docs asset")
+    headers = {
+        "Cache-Control": ASSET_CACHE_CONTROL,
+        "Vary": "Accept-Encoding",
+        "X-Content-Type-Options": "nosniff",
+    }
+    body = asset.body
+    if asset.gzipped is not None and "gzip" in request.headers.get("Accept-Encoding", ""):
+        body, headers["Content-Encoding"] = asset.gzipped, "gzip"
+    response = web.Response(body=body, headers=headers, content_type=asset.content_type)
+    if asset.content_type.startswith("text/"):
+        response.charset = "utf-8"
+    return response
 
 
 @routes.get(
     "/v1/docs",
     name="getDocs",
-    summary="Human-readable API documentation (HTML)",
+    summary="Human-readable API reference (HTML)",
     auth=AuthMode.NONE,
     response=None,
     rate_limited=False,
     response_content_type="text/html",
+    description=(
+        "Swagger UI over `/v1/openapi.json`, served from this server (no third-party "
+        "requests). Its assets live under `/v1/docs/static/<version>/` and are cached for a "
+        "year; the page itself is revalidated on every visit."
+    ),
 )
 async def get_docs(call: Call[None, None, None]) -> web.StreamResponse:
-    return web.Response(text=DOCS_PAGE, content_type="text/html")
+    return web.Response(
+        text=DOCS_PAGE,
+        content_type="text/html",
+        headers={
+            "Cache-Control": DOCS_PAGE_CACHE_CONTROL,
+            "Content-Security-Policy": DOCS_PAGE_CSP,
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
 
 
 @routes.get(
