@@ -90,3 +90,173 @@ async def test_unknown_assets_and_versions_are_json_404s(client: Any) -> None:
         resp = await client.get(url)
         assert resp.status == 404, url
         assert (await resp.json())["error"] == "not_found"
+
+
+# --- what the document says ---------------------------------------------------------------------
+
+# A file of this repository (`docs/claims.md`), not a URL path (`/v1/docs/static/`).
+REPOSITORY_PATH = re.compile(
+    r"(?<![/\w])(?:docs|marketplace|tests|scripts)/[\w./-]+|\b[\w-]+\.(?:md|py)\b"
+)
+
+
+def all_error_codes_in_the_code() -> set[str]:
+    """The code of every error class the package defines (imported module by module)."""
+    import importlib
+    import pkgutil
+
+    import marketplace
+    from marketplace.errors import MarketplaceError
+    from marketplace.storage.migrations import MigrationError
+
+    for module in pkgutil.walk_packages(marketplace.__path__, "marketplace."):
+        if not module.name.endswith("__main__"):
+            importlib.import_module(module.name)
+    codes: set[str] = set()
+    pending = [MarketplaceError]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        # MigrationError refuses to start the server and is never an answer; tests define
+        # classes of their own.
+        if cls is not MigrationError and cls.__module__.startswith("marketplace."):
+            codes.update(getattr(cls, "documented_codes", (cls.code,)))
+    return codes
+
+
+async def openapi(client: Any) -> dict[str, Any]:
+    resp = await client.get("/v1/openapi.json")
+    assert resp.status == 200
+    doc: dict[str, Any] = await resp.json()
+    return doc
+
+
+async def test_introduction_explains_credentials_guards_errors_and_what_is_served(
+    client: Any,
+) -> None:
+    doc = await openapi(client)
+    intro = doc["info"]["description"]
+    for text in (
+        "`Authorization: Bearer <session JWT>`",
+        "`x-agent-api-key: <key>`",
+        "`Authorization: Bearer <scheduler secret>`",
+        "`principal_mismatch`",
+        "403 `email_not_verified`",
+        "403\n     `legal_acceptance_required`",
+        "before anything in the request is validated",
+        '{"error": "<machine code>", "message": "<human-readable text>"}',
+        "`Retry-After`",
+        "`x-request-id`",
+    ):
+        assert text in intro, text
+    assert REPOSITORY_PATH.findall(intro) == []
+    # The guard order stated there is the order the adapter runs.
+    assert intro.index("verified e-mail address") < intro.index("legal assent**")
+
+    implemented = intro[intro.index("**Implemented**") : intro.index("**Still to come**")]
+    to_come = intro[intro.index("**Still to come**") : intro.index("**Beyond the spec**")]
+    beyond = intro[intro.index("**Beyond the spec**") :]
+    for area in (
+        "Identity: wallet links",
+        "Legal assent",
+        "Projects",
+        "Project creation",
+        "Records",
+    ):
+        assert area in implemented, area
+    for area in ("Messaging", "Moderation", "Notifications", "Verifier", "Leaderboards", "stream"):
+        assert area in to_come and area not in implemented, area
+    served = {f"`{method.upper()} {path}`" for path, ops in doc["paths"].items() for method in ops}
+    assert not any(operation in to_come for operation in served)
+    assert "`DELETE /v1/projects/create-intents/{intentId}`" in beyond
+    assert "`GET /v1/messages/dm/threads`" in to_come
+
+
+async def test_every_operation_has_its_rules_and_credentials(client: Any) -> None:
+    doc = await openapi(client)
+    for path, operations in doc["paths"].items():
+        for method, operation in operations.items():
+            text = operation["description"]
+            rules, _, credentials = text.partition("**Credentials:**")
+            assert len(rules.strip()) > 40, (method, path)
+            assert credentials.strip(), (method, path)
+            assert ("**Guarded mutation:**" in text) is operation.get("x-guarded", False)
+            assert REPOSITORY_PATH.findall(text) == [], (method, path)
+
+
+async def test_error_examples_cover_every_code_the_code_can_answer(client: Any) -> None:
+    doc = await openapi(client)
+    schema = doc["components"]["schemas"]["ErrorResponse"]
+    examples = {example["error"]: example for example in schema["examples"]}
+    assert len(examples) == len(schema["examples"])
+    assert all(e["message"] for e in examples.values())
+    assert examples["invalid_request"]["details"][0]["location"] == "body"
+    assert examples["legal_acceptance_required"]["missing"][0]["documentType"]
+    # Every class's code, so an error class nobody declared on a route fails here.
+    assert all_error_codes_in_the_code() <= set(examples)
+    table = doc["info"]["description"]
+    for code in examples:
+        assert f"| `{code}` |" in table, code
+    for path, operations in doc["paths"].items():
+        for method, operation in operations.items():
+            for status, response in operation["responses"].items():
+                if int(status) < 400:
+                    continue
+                listed = re.findall(r"`([a-z_]+)`", response["description"])
+                media = response["content"]["application/json"]
+                assert list(media["examples"]) == listed, (method, path, status)
+                for code, example in media["examples"].items():
+                    assert example["value"]["error"] == code
+                    assert code in examples, code
+
+
+async def test_declared_codes_are_the_ones_answered(client: Any) -> None:
+    doc = await openapi(client)
+    responses = doc["paths"]["/v1/projects/create-intents/{intentId}"]["delete"]["responses"]
+    assert responses["409"]["description"] == "error codes: `project_create_intent_not_pending`"
+    assert responses["404"]["description"] == "error codes: `project_create_intent_not_found`"
+    patch = doc["paths"]["/v1/projects/{projectAddress}/metadata"]["patch"]["responses"]
+    assert patch["404"]["description"] == "error codes: `project_not_found`"
+    # The 404 the PATCH really answers for a project that is not indexed.
+    from tests.conftest import make_token
+
+    token = make_token()
+    resp = await client.patch(
+        "/v1/projects/0x" + "ab" * 20 + "/metadata",
+        json={"title": "t"},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert resp.status == 404
+    assert (await resp.json())["error"] == "project_not_found"
+
+
+async def test_claim_operation_states_the_hash_rules(client: Any) -> None:
+    doc = await openapi(client)
+    claim = doc["paths"]["/v1/projects/{projectAddress}/claim"]["post"]
+    text = claim["description"]
+    for rule in (
+        "string title, string description, string repoUrl, string\n  projectMode, string "
+        "biddingAccess",
+        'string "service.project_create_intent_v1", string userId, string\n  intentId, '
+        "bytes32 intentNonce",
+        "H(abi.encode(bytes32 metadataHash, bytes32 intentHash))",
+        "`configHash = metadataHash`",
+        "keccak256",
+        "lower-case hyphenated",
+    ):
+        assert rule in text, rule
+    assert REPOSITORY_PATH.findall(text) == []
+    for code in re.findall(r"`([a-z_]+)`", claim["responses"]["409"]["description"]):
+        assert f"`{code}` |" in text, code  # every 409 code has its check in the table
+    body = claim["requestBody"]["content"]["application/json"]
+    assert [e["value"]["mode"] for e in body["examples"].values()] == ["intent", "direct"]
+    assert list(body["examples"]["IntentClaimRequest"]["value"])[:2] == ["mode", "hashVersion"]
+
+
+async def test_create_intent_body_may_be_empty(client: Any) -> None:
+    doc = await openapi(client)
+    operation = doc["paths"]["/v1/projects/create-intents"]["post"]
+    assert operation["requestBody"]["required"] is False
+    assert "an empty body counts as `{}`" in operation["description"]
+    claim = doc["paths"]["/v1/projects/{projectAddress}/claim"]["post"]
+    assert claim["requestBody"]["required"] is True

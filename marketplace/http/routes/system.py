@@ -19,18 +19,14 @@ from swagger_ui_bundle import swagger_ui_path
 from marketplace import __version__
 from marketplace.errors import NotFound, ServiceUnavailable
 from marketplace.http import keys
-from marketplace.http.openapi import build_openapi
-from marketplace.http.routing import AuthMode, Call, RouteTable
+from marketplace.http.openapi import build_openapi, error_code_table, implementation_status
+from marketplace.http.routing import AuthMode, Call, Route, RouteTable
 from marketplace.metrics import DB_POOL_IDLE, DB_POOL_MAX, DB_POOL_SIZE
 from marketplace.types import ResponseModel
 
 routes = RouteTable(tag="system")
 
 API_TITLE = "Project Marketplace API"
-API_DESCRIPTION = (
-    "HTTP/JSON API of the project marketplace: project read models indexed from the chain, "
-    "creation claims, off-chain records, identity and legal assent."
-)
 _OPENAPI_DOCUMENT: web.AppKey[dict[str, Any]] = web.AppKey("openapi_document", dict)
 
 
@@ -72,6 +68,10 @@ class OpenApiDocument(ResponseModel):
     auth=AuthMode.NONE,
     response=HealthStatus,
     rate_limited=False,
+    description=(
+        'Liveness of this frontend process: 200 `{"status": "ok"}` as long as it serves '
+        "requests; it touches no dependency (use `/v1/health/ready` for those)."
+    ),
 )
 async def get_health(call: Call[None, None, None]) -> HealthStatus:
     return HealthStatus(status="ok")
@@ -87,7 +87,9 @@ async def get_health(call: Call[None, None, None]) -> HealthStatus:
     rate_limited=False,
 )
 async def get_readiness(call: Call[None, None, None]) -> ReadinessStatus:
-    """Round-trips Postgres, Redis and every project shard actor (a Ray call each)."""
+    """Round-trips Postgres, Redis and every project shard actor (a Ray call each). 503
+    `service_unavailable` with `Retry-After` when one does not answer within the actor call
+    timeout; take the frontend out of a load balancer then."""
     limit = call.settings.actor_call_timeout_seconds
     try:
         async with asyncio.timeout(limit):
@@ -106,6 +108,10 @@ async def get_readiness(call: Call[None, None, None]) -> ReadinessStatus:
     auth=AuthMode.NONE,
     response=RootInfo,
     rate_limited=False,
+    description=(
+        "Name and version of the service, how to authenticate, and where the OpenAPI "
+        "document and this reference live."
+    ),
 )
 async def get_root(call: Call[None, None, None]) -> RootInfo:
     return RootInfo(
@@ -119,12 +125,23 @@ async def get_root(call: Call[None, None, None]) -> RootInfo:
     )
 
 
+def api_description(routes: list[Route]) -> str:
+    """The document's introduction (`info.description`), its lists made from ``routes``."""
+    text = resources.files("marketplace.http").joinpath("static/api-description.md").read_text()
+    return (
+        text.replace("<!-- error-codes -->", error_code_table(routes))
+        .replace("<!-- implementation-status -->", implementation_status(routes))
+        .strip()
+    )
+
+
 def setup(app: web.Application) -> None:
     async def build_document(app: web.Application) -> None:
         from marketplace.http.app import ROUTES
 
+        routes = app[ROUTES]
         app[_OPENAPI_DOCUMENT] = build_openapi(
-            app[ROUTES], title=API_TITLE, description=API_DESCRIPTION
+            routes, title=API_TITLE, description=api_description(routes)
         )
 
     app.on_startup.append(build_document)
@@ -138,6 +155,11 @@ def setup(app: web.Application) -> None:
     auth=AuthMode.NONE,
     response=OpenApiDocument,
     rate_limited=False,
+    description=(
+        "This document (OpenAPI 3.1), generated at start from the route declarations the "
+        "server runs, so it lists exactly the operations served, with their rules, request and "
+        "response schemas and error codes."
+    ),
 )
 async def get_openapi(call: Call[None, None, None]) -> web.StreamResponse:
     return web.json_response(call.app[_OPENAPI_DOCUMENT])
@@ -267,6 +289,11 @@ async def get_docs(call: Call[None, None, None]) -> web.StreamResponse:
     response=None,
     rate_limited=False,
     response_content_type="text/plain",
+    description=(
+        "Prometheus text format: requests, latency and in-flight requests by route template, "
+        "database pool use, actor call latency and the indexer's figures. Meant for the "
+        "scraper on the internal network; it is outside `/v1/`."
+    ),
 )
 async def get_metrics(call: Call[None, None, None]) -> web.StreamResponse:
     for refresh in call.app[keys.METRICS_REFRESHERS]:
