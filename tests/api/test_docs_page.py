@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import re
+from pathlib import Path
 from typing import Any
 
 from swagger_ui_bundle import swagger_ui_path
@@ -260,3 +261,174 @@ async def test_create_intent_body_may_be_empty(client: Any) -> None:
     assert "an empty body counts as `{}`" in operation["description"]
     claim = doc["paths"]["/v1/projects/{projectAddress}/claim"]["post"]
     assert claim["requestBody"]["required"] is True
+
+
+# --- the page in a real browser -------------------------------------------------------------------
+
+# As the machine notes say: without the networking switches Chromium tries to reach Google's
+# services at start; the page itself must need nothing but this server.
+CHROMIUM_ARGS = [
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium_path() -> str:
+    """Debian's Chromium (scripts/setup installs it), or MARKETPLACE_TEST_CHROMIUM."""
+    import os
+    import shutil
+
+    path = os.environ.get("MARKETPLACE_TEST_CHROMIUM") or shutil.which("chromium")
+    assert path, "no Chromium: run scripts/setup, or set MARKETPLACE_TEST_CHROMIUM"
+    return path
+
+
+async def authorize(page: Any, scheme: str, value: str) -> None:
+    await page.locator(".auth-wrapper .btn.authorize").click()
+    dialog = page.locator(".dialog-ux .modal-ux")
+    await dialog.wait_for()
+    container = dialog.locator("form").filter(has=page.locator("h4").filter(has_text=scheme))
+    await container.locator("input").fill(value)
+    await container.locator("button.authorize").click()
+    await container.locator("button", has_text="Logout").wait_for()
+    await dialog.locator(".close-modal").click()
+    await dialog.wait_for(state="detached")
+
+
+async def logout(page: Any, scheme: str) -> None:
+    await page.locator(".auth-wrapper .btn.authorize").click()
+    dialog = page.locator(".dialog-ux .modal-ux")
+    container = dialog.locator("form").filter(has=page.locator("h4").filter(has_text=scheme))
+    await container.locator("button", has_text="Logout").click()
+    await dialog.locator(".close-modal").click()
+    await dialog.wait_for(state="detached")
+
+
+async def try_it(page: Any, operation_dom_id: str) -> str:
+    """Expands an operation, runs it with "Try it out" and returns the status it shows."""
+    operation = page.locator(f"#{operation_dom_id}")
+    if not await operation.locator(".opblock-body").count():
+        await operation.locator(".opblock-summary-control").click()
+    try_out = operation.locator(".try-out__btn")
+    if (await try_out.inner_text()).strip() == "Try it out":
+        await try_out.click()
+    clear = operation.locator(".btn-clear")
+    if await clear.count():
+        await clear.click()
+    await operation.locator(".execute").click()
+    status = operation.locator(".live-responses-table .response .response-col_status")
+    await status.wait_for()
+    return (await status.inner_text()).strip()
+
+
+async def test_docs_page_in_chromium(client: Any, tmp_path: Path) -> None:
+    """Loads /v1/docs in headless Chromium as a reader would: the claim operation expanded shows
+    its description, the fields of both body shapes and its 409 codes; the Authorize dialog
+    offers the three credentials, and "Try it out" works with each of them."""
+    import os
+
+    from playwright.async_api import async_playwright
+
+    from marketplace.projects.claims import CLAIM_CONFLICT_CODES
+    from tests.conftest import SCHEDULER_SECRET, make_token
+
+    origin = str(client.make_url("/")).rstrip("/")
+    user_id = "3fa85f64-5717-4562-b3fc-2c963f66afa6"
+    token = make_token(user_id)
+    resp = await client.post(
+        "/v1/api-keys",
+        json={"name": "docs page check", "userId": user_id},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert resp.status == 201, await resp.text()
+    agent_key = (await resp.json())["secret"]
+
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=chromium_path(), args=CHROMIUM_ARGS
+        )
+        try:
+            page = await browser.new_page(viewport={"width": 1280, "height": 900})
+            requested: list[str] = []
+            problems: list[str] = []
+            page.on("request", lambda request: requested.append(request.url))
+            page.on("pageerror", lambda error: problems.append(str(error)))
+            page.on(
+                "console",
+                lambda message: problems.append(message.text) if message.type == "error" else None,
+            )
+            await page.goto(f"{origin}/v1/docs")
+
+            # The introduction, rendered from info.description.
+            info = page.locator(".swagger-ui .information-container")
+            await info.locator(".title").wait_for()
+            assert "Project Marketplace API" in await info.locator(".title").inner_text()
+            intro = await info.locator(".description").inner_text()
+            for text in ("x-agent-api-key", "email_not_verified", "Still to come", "Messaging"):
+                assert text in intro, text
+
+            # The claim operation, expanded.
+            claim = page.locator("#operations-project-creation-claimProject")
+            await claim.locator(".opblock-summary-control").click()
+            await claim.locator(".opblock-body").wait_for()
+            description = await claim.locator(".opblock-description-wrapper").first.inner_text()
+            for text in (
+                "Hash rules",
+                "service.project_create_intent_v1",
+                "bytes32 intentNonce",
+                "config_hash_mismatch",
+            ):
+                assert text in description, text
+            body = claim.locator(".opblock-section-request-body")
+            options = await body.locator(".examples-select select option").all_inner_texts()
+            # Named by their summaries: one example per body shape.
+            assert [option.split(":")[0] for option in options] == ["Intent mode", "Direct mode"]
+            example = await body.locator(".highlight-code").inner_text()
+            assert '"mode": "intent"' in example and '"intentId"' in example
+            await body.get_by_text("Schema", exact=True).click()
+            model = await body.locator(".model-example").inner_text()
+            for field in ("One of", "mode", "hashVersion", "intentId", "intentNonce", "txHash"):
+                assert field in model, field
+            assert "IntentClaimRequest" in model and "DirectClaimRequest" in model
+            conflicts = claim.locator('.responses-table tr.response[data-code="409"]')
+            codes = await conflicts.locator(".response-col_description").inner_text()
+            for code in CLAIM_CONFLICT_CODES:
+                assert code in codes, code
+            # Kept where MARKETPLACE_DOCS_SCREENSHOT says, to look at the page without a browser.
+            keep = os.environ.get("MARKETPLACE_DOCS_SCREENSHOT") or str(tmp_path / "claim.png")
+            screenshot = await claim.screenshot(path=keep)
+            assert screenshot[:8] == b"\x89PNG\r\n\x1a\n" and len(screenshot) > 50_000
+
+            # The Authorize dialog offers the three credentials with their headers.
+            await page.locator(".auth-wrapper .btn.authorize").click()
+            dialog = page.locator(".dialog-ux .modal-ux")
+            await dialog.wait_for()
+            offered = await dialog.inner_text()
+            for text in ("sessionBearer", "agentApiKey", "schedulerBearer", "x-agent-api-key"):
+                assert text in offered, text
+            await dialog.locator(".close-modal").click()
+
+            # "Try it out" sends each credential: the anonymous call is refused, each works.
+            permissions = "operations-permissions-getPermissions"
+            indexer = "operations-indexer-getIndexerStatus"
+            assert await try_it(page, permissions) == "401"
+            await authorize(page, "sessionBearer", token)
+            assert await try_it(page, permissions) == "200"
+            await logout(page, "sessionBearer")
+            await authorize(page, "agentApiKey", agent_key)
+            assert await try_it(page, permissions) == "200"
+            await logout(page, "agentApiKey")
+            assert await try_it(page, indexer) == "401"
+            await authorize(page, "schedulerBearer", SCHEDULER_SECRET)
+            assert await try_it(page, indexer) == "200"
+
+            # Only the two refusals asked for above; no script error, no CSP violation.
+            assert [p for p in problems if "status of 401" not in p] == []
+            assert len(problems) == 2
+            assert requested and all(url.startswith(origin + "/") for url in requested), requested
+        finally:
+            await browser.close()
