@@ -54,6 +54,7 @@ CAPABILITIES: tuple[Capability, ...] = (
         name="system",
         summary="health, readiness, the OpenAPI document and its UI, Prometheus metrics",
         routes=(f"{ROUTES}.system:routes",),
+        setup=(f"{ROUTES}.system:setup",),
         contexts=(f"{ROUTES}.system:openapi_document",),
     ),
     Capability(
