@@ -80,6 +80,7 @@ async def _ray(app: web.Application) -> AsyncIterator[None]:
     app[keys.PROJECT_SHARDS].warm()
     yield
     runtime.shutdown()
+    log.info("ray runtime stopped")
 
 
 def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> web.Application:
