@@ -36,6 +36,10 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _serve(
     settings: Settings, *, migrate: bool, on_ready: Callable[[Settings], None] | None = None
 ) -> None:
+    if not settings.ray_address:
+        from marketplace.actors.ray_env import prepare_local_ray_environment
+
+        prepare_local_ray_environment()  # before anything imports Ray
     from marketplace.http.app import create_app
     from marketplace.http.server import serve
 

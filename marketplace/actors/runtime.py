@@ -1,10 +1,12 @@
 """Connects to Ray and hands out named actors; the only module that calls ``ray.init``.
 
 Local mode (no ``MARKETPLACE_RAY_ADDRESS``) starts a private Ray runtime with its files under a
-short temporary directory; ``auto`` or ``ray://host:port`` join an existing cluster. Actor calls
-from the frontend go through :meth:`ActorRuntime.call`, which bounds them with a timeout, records
-their latency and turns Ray failures into 503s while letting domain errors raised inside the
-actor through unchanged.
+short temporary directory, listening on loopback only and requiring Ray's token authentication
+(a random token held in this process's environment, which Ray's processes inherit); ``auto`` or
+``ray://host:port`` join an existing cluster, which the operator protects (docs/architecture.md,
+"Supervision"). Actor calls from the frontend go through :meth:`ActorRuntime.call`, which bounds
+them with a timeout, records their latency and turns Ray failures into 503s while letting domain
+errors raised inside the actor through unchanged.
 """
 
 from __future__ import annotations
@@ -14,20 +16,47 @@ import contextlib
 import hashlib
 import logging
 import os
+import secrets
 import shutil
 import tempfile
 import time
 from typing import Any
 
 import ray
+from ray._private import ray_constants
+from ray._private.authentication.authentication_utils import is_token_auth_enabled
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
 from marketplace.actors.options import ActorSpec
+from marketplace.actors.ray_env import RAY_CLUSTERS_ENV
 from marketplace.config import Settings
 from marketplace.errors import MarketplaceError, ServiceUnavailable
 from marketplace.metrics import ACTOR_CALL_LATENCY
 
 log = logging.getLogger(__name__)
+LOOPBACK = "127.0.0.1"
+
+
+def local_runtime_options() -> dict[str, Any]:
+    """Environment and ``ray.init`` arguments that keep a private runtime to this machine.
+
+    Node IP 127.0.0.1, so every gRPC server, agent and worker binds to loopback. Ray replaces a
+    loopback node IP with the machine's external address while it believes clusters are enabled
+    (``ray._private.services.get_node_ip_address``), hence the flag. Ray's daemons and workers
+    start with our environment, so what is set here reaches them too.
+    """
+    os.environ[RAY_CLUSTERS_ENV] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    # The driver read its authentication mode when Ray was imported; its daemons must agree.
+    if is_token_auth_enabled():
+        os.environ["RAY_AUTH_MODE"] = "token"
+        if not os.environ.get("RAY_AUTH_TOKEN"):
+            os.environ["RAY_AUTH_TOKEN"] = secrets.token_urlsafe(32)
+    else:
+        if os.environ.get("RAY_AUTH_MODE") == "token":
+            log.warning("ray was imported before token authentication was configured; it is off")
+        os.environ["RAY_AUTH_MODE"] = "disabled"
+    return {"_node_ip_address": LOOPBACK}
 
 
 def settings_for_actor(settings: Settings, **overrides: Any) -> dict[str, Any]:
@@ -58,8 +87,8 @@ class ActorRuntime:
             "logging_level": logging.WARNING,
         }
         if address is None:
+            kwargs.update(local_runtime_options())
             # Ray puts Unix sockets under its temp dir; keep the path short (108-byte limit).
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
             self._local_temp_dir = tempfile.mkdtemp(prefix="mkt-ray-", dir="/tmp")
             kwargs["_temp_dir"] = self._local_temp_dir
             kwargs["num_cpus"] = max(2, os.cpu_count() or 2)

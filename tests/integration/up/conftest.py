@@ -171,13 +171,39 @@ def leftovers(run: UpRun) -> list[str]:
     return described
 
 
-@pytest.fixture
-def up_root() -> Iterator[Path]:
+def make_root() -> Path:
     # Under /tmp and world-searchable: as root, the embedded PostgreSQL runs as `nobody`.
     root = Path(tempfile.mkdtemp(prefix="mkt-up-", dir="/tmp"))
     os.chmod(root, 0o755)
+    return root
+
+
+def finish(run: UpRun) -> None:
+    if run.proc.poll() is None:
+        try:
+            run.stop(timeout=120)
+        except subprocess.TimeoutExpired:
+            run.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def up_root() -> Iterator[Path]:
+    root = make_root()
     yield root
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def running_up() -> Iterator[UpRun]:
+    """One `up` shared by a module's tests (they leave it running and healthy)."""
+    root = make_root()
+    run = start_up(root / "data", up_env(root), root / "up.log")
+    try:
+        run.wait_ready()
+        yield run
+    finally:
+        finish(run)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
@@ -194,8 +220,4 @@ def launch(up_root: Path) -> Iterator[Callable[..., UpRun]]:
 
     yield start
     for run in runs:
-        if run.proc.poll() is None:
-            try:
-                run.stop(timeout=120)
-            except subprocess.TimeoutExpired:
-                run.stop(signal.SIGKILL)
+        finish(run)

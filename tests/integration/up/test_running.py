@@ -1,0 +1,76 @@
+"""A running `up`: what it exposes to the network, how it survives its dependencies dying."""
+
+from __future__ import annotations
+
+import ipaddress
+import signal
+
+import psutil
+import pytest
+
+from tests.integration.up.conftest import UpRun, alive, http, wait_for
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def is_loopback(ip: str) -> bool:
+    address = ipaddress.ip_address(ip.split("%", 1)[0])
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def listening_sockets(run: UpRun) -> list[tuple[int, str, str, int]]:
+    """(pid, name, ip, port) of every listening TCP socket in up's process tree."""
+    found = []
+    for proc in [psutil.Process(run.proc.pid), *run.descendants()]:
+        try:
+            connections = proc.net_connections(kind="tcp")
+            name = proc.name()
+        except psutil.NoSuchProcess:
+            continue
+        for conn in connections:
+            if conn.status == psutil.CONN_LISTEN:
+                found.append((proc.pid, name, conn.laddr.ip, conn.laddr.port))
+    return found
+
+
+def listening_ports(proc: psutil.Process) -> list[int]:
+    return [c.laddr.port for c in proc.net_connections(kind="tcp") if c.status == "LISTEN"]
+
+
+def test_is_loopback_tells_wildcards_from_loopback() -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("::ffff:127.0.0.1")
+    assert not any(is_loopback(ip) for ip in ("0.0.0.0", "::", "192.0.2.2", "::ffff:10.0.0.1"))
+
+
+def test_everything_up_started_listens_on_loopback_only(running_up: UpRun) -> None:
+    sockets = listening_sockets(running_up)
+    names = {name for _, name, _, _ in sockets}
+    # The check covers the pieces that listen: the frontend, the servers and Ray's daemons.
+    assert {"postgres", "redis-server", "anvil", "gcs_server", "raylet"} <= names, sockets
+    exposed = [s for s in sockets if not is_loopback(s[2])]
+    assert not exposed, f"listening beyond loopback: {exposed}"
+    # The private Ray runtime also demands its token (inherited by its daemons).
+    raylet = next(p for p in running_up.tree if p.name() == "raylet")
+    assert raylet.environ().get("RAY_AUTH_MODE") == "token"
+    assert raylet.environ().get("RAY_AUTH_TOKEN")
+
+
+def test_a_dependency_that_dies_is_restarted_on_its_port(running_up: UpRun) -> None:
+    redis = next(p for p in running_up.descendants() if p.name() == "redis-server")
+    [port] = listening_ports(redis)
+    redis.send_signal(signal.SIGKILL)
+
+    def restarted() -> psutil.Process | None:
+        for proc in running_up.descendants():
+            if proc.name() == "redis-server" and proc.pid != redis.pid and alive(proc):
+                return proc
+        return None
+
+    replacement = wait_for(restarted, 30, "a new redis-server")
+    ports = wait_for(lambda: listening_ports(replacement), 30, "the new redis to listen")
+    assert ports == [port]
+    wait_for(lambda: http(f"{running_up.url}/v1/health/ready")[0] == 200, 60, "readiness")
+    assert "embedded redis exited; restarting it" in running_up.log_messages()
+    assert "embedded redis restarted" in running_up.log_messages()
