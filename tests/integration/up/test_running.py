@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import signal
+import socket
 import uuid
 
 import psutil
@@ -56,6 +58,22 @@ def test_everything_up_started_listens_on_loopback_only(running_up: UpRun) -> No
     raylet = next(p for p in running_up.tree if p.name() == "raylet")
     assert raylet.environ().get("RAY_AUTH_MODE") == "token"
     assert raylet.environ().get("RAY_AUTH_TOKEN")
+
+
+def test_http_parser_errors_are_json_under_up(running_up: UpRun) -> None:
+    # aiohttp's own parser answers these before any middleware: JSON only through server.serve.
+    request = (
+        f"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: {'a' * 20000}\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", running_up.port), timeout=30) as conn:
+        conn.sendall(request)
+        response = b""
+        while chunk := conn.recv(65536):
+            response += chunk
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.split(b" ", 2)[1] == b"431", head
+    assert b"application/json" in head
+    assert json.loads(body)["error"] == "request_header_fields_too_large"
 
 
 def test_a_dependency_that_dies_is_restarted_on_its_port(running_up: UpRun) -> None:
