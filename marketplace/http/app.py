@@ -75,12 +75,19 @@ async def _redis(app: web.Application) -> AsyncIterator[None]:
 
 async def _ray(app: web.Application) -> AsyncIterator[None]:
     runtime = ActorRuntime(app[keys.SETTINGS], database_url=app[keys.SETTINGS].database_url)
-    runtime.connect()
+    await runtime.connect_async()
     app[keys.ACTORS] = runtime
     app[keys.PROJECT_SHARDS] = ProjectShards(runtime)
     app[keys.PROJECT_SHARDS].warm()
+    # A lost Ray runtime degrades actor-backed routes to 503 while this reconnects; reads from
+    # Postgres never wait for it.
+    supervisor = asyncio.create_task(runtime.supervise())
     yield
+    supervisor.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await supervisor
     runtime.shutdown()
+    log.info("ray runtime stopped")
 
 
 def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> web.Application:
