@@ -13,6 +13,8 @@ with keccak256).
                               [--invite-only] [--bond 50] [--payout 1000] [--draft]
                               [--submission-window 3d] [--response-window 2d]
                               [--config-hash 0x.. | --title T [--description D] [--repo-url U]]
+                              [--user-id U (--intent-json FILE|- | --intent-id I --intent-nonce N)]
+                              (default hash: direct mode; with the intent options: intent mode)
     marketplace devnet open PROJECT
     marketplace devnet allowlist add|remove PROJECT ACCOUNT...
     marketplace devnet bid PROJECT --from 4 [--payouts 300,700] [--durations 3d,5d]
@@ -41,7 +43,9 @@ import json
 import re
 import sys
 import time
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -200,35 +204,143 @@ def _deployment_text(client: DevnetClient) -> str:
     )
 
 
+INTENT_VERSION = "project_create_intent_v1"
+
+
+@dataclass(frozen=True)
+class Intent:
+    """What the intent-mode hash needs besides the metadata (spec section 2, "Hash rules")."""
+
+    user_id: uuid.UUID
+    intent_id: uuid.UUID
+    intent_nonce: str
+
+
+def _read_intent_json(source: str) -> dict[str, Any]:
+    """The create-intent response, from a file or ``-`` (stdin)."""
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--intent-json: cannot read {source}: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise UsageError(
+            f"--intent-json: {source} is not JSON (expected the create-intent response "
+            '{"intentId", "intentNonce", "expiresAt", "version"})'
+        ) from None
+    if not isinstance(data, dict):
+        raise UsageError("--intent-json: expected the create-intent response object")
+    version = data.get("version", INTENT_VERSION)
+    if version != INTENT_VERSION:
+        raise UsageError(f"--intent-json: version {version!r} is not {INTENT_VERSION!r}")
+    return data
+
+
+def _uuid(value: Any, option: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise UsageError(f"{option}: not a uuid: {value!r}") from None
+
+
+_BYTES32 = re.compile(r"^0x[0-9a-fA-F]{64}$")
+
+
+def _intent(args: argparse.Namespace) -> Intent | None:
+    """The intent of ``--intent-json`` or ``--intent-id``/``--intent-nonce``, with
+    ``--user-id``; ``None`` for direct mode."""
+    given = [
+        name
+        for name, value in (
+            ("--intent-json", args.intent_json),
+            ("--intent-id", args.intent_id),
+            ("--intent-nonce", args.intent_nonce),
+            ("--user-id", args.user_id),
+        )
+        if value is not None
+    ]
+    if not given:
+        return None
+    if args.config_hash:
+        raise UsageError(f"--config-hash is the whole hash: it takes no {', '.join(given)}")
+    intent_id: Any = args.intent_id
+    nonce: Any = args.intent_nonce
+    if args.intent_json is not None:
+        if intent_id is not None or nonce is not None:
+            raise UsageError("give --intent-json or --intent-id and --intent-nonce, not both")
+        data = _read_intent_json(args.intent_json)
+        intent_id, nonce = data.get("intentId"), data.get("intentNonce")
+        if intent_id is None or nonce is None:
+            raise UsageError("--intent-json: the object has no intentId and intentNonce")
+    missing = [
+        name
+        for name, value in (
+            ("--intent-id (or --intent-json)", intent_id),
+            ("--intent-nonce (or --intent-json)", nonce),
+            ("--user-id", args.user_id),
+        )
+        if value is None
+    ]
+    if missing:
+        raise UsageError(
+            "the intent-mode hash needs the user id and the create intent: missing "
+            + ", ".join(missing)
+        )
+    if not isinstance(nonce, str) or not _BYTES32.match(nonce):
+        raise UsageError(f"--intent-nonce: not a 0x bytes32: {nonce!r}")
+    return Intent(
+        user_id=_uuid(args.user_id, "--user-id"),
+        intent_id=_uuid(intent_id, "--intent-id"),
+        intent_nonce=nonce.lower(),
+    )
+
+
 def cmd_create(args: argparse.Namespace, client: DevnetClient, out: Output) -> None:
     owner = client.account(args.owner)
     challenge = args.mode == "challenge"
     if challenge and args.invite_only:
         raise UsageError("challenge projects are always open (no --invite-only)")
     access = "invite_only" if args.invite_only else "open"
+    intent = _intent(args)
+    metadata: dict[str, str] | None = None
     if args.config_hash:
         if args.title:
             raise UsageError("give --config-hash or --title, not both")
         config_hash = parse_hash(args.config_hash, default_label="")
     else:
         title = args.title or f"Devnet {args.mode} project {time.strftime('%Y-%m-%d %H:%M:%S')}"
-        config_hex = hashes.direct_config_hash(
-            title, args.description, args.repo_url, args.mode, access
-        )
+        metadata = {"title": title}
+        if args.description is not None:
+            metadata["description"] = args.description
+        if args.repo_url is not None:
+            metadata["repoUrl"] = args.repo_url
+        metadata |= {"projectMode": args.mode, "biddingAccess": access}
+        fields = (title, args.description, args.repo_url, args.mode, access)
+        meta_hex = hashes.metadata_hash(*fields)
+        if intent is None:
+            config_hex = hashes.direct_config_hash(*fields)
+            how = f"direct configHash {config_hex}"
+        else:
+            intent_hex = hashes.intent_hash(intent.user_id, intent.intent_id, intent.intent_nonce)
+            config_hex = hashes.intent_config_hash(
+                *fields,
+                user_id=intent.user_id,
+                intent_id=intent.intent_id,
+                intent_nonce=intent.intent_nonce,
+            )
+            how = f"intent configHash {config_hex}"
         config_hash = bytes.fromhex(config_hex[2:])
         out.field(
             "metadata",
-            {
-                "title": title,
-                "description": args.description or "",
-                "repoUrl": args.repo_url or "",
-                "projectMode": args.mode,
-                "biddingAccess": access,
-            },
-            f"metadata (direct configHash {config_hex}): title={title!r} "
+            metadata,
+            f"metadata ({how}): title={title!r} "
             f"description={args.description or ''!r} repoUrl={args.repo_url or ''!r} "
             f"projectMode={args.mode} biddingAccess={access}",
         )
+        if intent is not None:
+            out.field("metadataHash", meta_hex)
+            out.field("intentHash", intent_hex)
     if challenge:
         results = client.create_challenge(
             owner,
@@ -251,8 +363,48 @@ def cmd_create(args: argparse.Namespace, client: DevnetClient, out: Output) -> N
             )
         ]
     out.tx(results)
-    out.field("project", results[-1].project, f"project: {results[-1].project}")
+    created = results[-1]
+    out.field("project", created.project, f"project: {created.project}")
     out.field("configHash", "0x" + config_hash.hex())
+    out.field("hashMode", "intent" if intent else "direct" if metadata else None)
+    if metadata is not None:
+        claim = _claim_body(created.tx_hash, metadata, intent)
+        out.field("claim", claim, "claim body: " + json.dumps(claim))
+
+
+def _claim_body(tx_hash: str, metadata: dict[str, str], intent: Intent | None) -> dict[str, Any]:
+    """The body of ``POST /v1/projects/{project}/claim`` that matches this creation."""
+    if intent is None:
+        return {
+            "mode": "direct",
+            "hashVersion": "v1_direct",
+            "txHash": tx_hash,
+            "metadata": metadata,
+        }
+    return {
+        "mode": "intent",
+        "hashVersion": "v1_intent",
+        "intentId": str(intent.intent_id),
+        "intentNonce": intent.intent_nonce,
+        "txHash": tx_hash,
+        "metadata": metadata,
+    }
+
+
+CREATE_HELP = """\
+Create a project on the devnet and print the matching claim body.
+
+The configHash binds the creation to the metadata a claim later submits (docs/chain.md, "Hash
+rules"). By default it is the DIRECT-mode hash, H(title, description, repoUrl, projectMode,
+biddingAccess): what an agent-key caller claims with (mode "direct"). A session user must claim
+in INTENT mode: first POST /v1/projects/create-intents, then pass that response with
+--intent-json FILE (or - for stdin), or --intent-id and --intent-nonce, together with --user-id
+(the session's user); the hash is then H(metadataHash, intentHash). --config-hash sets the hash
+verbatim (no claim body then).
+
+The output names the hash mode and, under "claim" (--json), the body to POST to
+/v1/projects/{project}/claim once the creation is mined.
+"""
 
 
 def _milestone(
@@ -558,6 +710,8 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     command("info", cmd_info, "show the deployment, head block and dev accounts")
 
     p = command("create", cmd_create, "create a project (standard, or challenge funded+opened)")
+    p.description = CREATE_HELP
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("--mode", choices=("standard", "challenge"), default="standard")
     p.add_argument("--owner", default="3", help="account index or address (default 3)")
     p.add_argument("--milestones", type=int, default=2, help="standard: 1..100 (default 2)")
@@ -571,6 +725,18 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     p.add_argument("--title")
     p.add_argument("--description")
     p.add_argument("--repo-url")
+    intent = p.add_argument_group(
+        "intent mode (session users)",
+        "with these the configHash is the intent-mode hash; without them, the direct-mode one",
+    )
+    intent.add_argument(
+        "--intent-json",
+        metavar="FILE",
+        help="the create-intent response (a file, or - for stdin): intentId and intentNonce",
+    )
+    intent.add_argument("--intent-id", help="uuid of the create intent")
+    intent.add_argument("--intent-nonce", help="bytes32 intentNonce of the create intent")
+    intent.add_argument("--user-id", help="uuid of the user who created the intent (required)")
 
     p = command("open", cmd_open, "open bidding (a challenge draft is funded first)")
     p.add_argument("project")
