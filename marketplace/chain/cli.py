@@ -27,13 +27,17 @@ with keccak256).
     marketplace devnet resolve PROJECT --outcome approve|reject [--slash 10]
     marketplace devnet finalize PROJECT
     marketplace devnet show PROJECT
+    marketplace devnet link-wallet --user-id U --account N [--api-url http://127.0.0.1:8080]
     marketplace devnet advance-time --seconds N
     marketplace devnet mine [--blocks N] [--automine on|off]
     marketplace devnet seed --projects N --milestones M [--accounts K] [--seed S]
 
-Each prints what it did (transaction hashes, blocks, the project address; ``--json`` for one
-JSON object instead). Exit status: 0 done, 1 a transaction reverted (the contract's custom error
-is named), 2 no running devnet or a usage error.
+``link-wallet`` mints a short session token for the user (like ``marketplace token``), asks the
+API for a wallet-link challenge on the devnet's chain, signs it with the dev account's well-known
+key and submits it. Each prints what it did (transaction hashes, blocks, the project address;
+``--json`` for one JSON object instead). Exit status: 0 done, 1 a transaction reverted (the
+contract's custom error is named) or the API refused (its error code is named), 2 no running
+devnet or API, or a usage error.
 """
 
 from __future__ import annotations
@@ -51,7 +55,9 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from marketplace.auth import issue_session_token
 from marketplace.chain import hashes
+from marketplace.chain.deploy import ANVIL_PRIVATE_KEYS
 from marketplace.chain.devnet_client.client import (
     USDC,
     ZERO_ADDRESS,
@@ -68,6 +74,7 @@ from marketplace.chain.devnet_client.seed import (
     Seeder,
     format_summary,
 )
+from marketplace.chain.devnet_client.wallet_link import ApiRefused, link_wallet
 from marketplace.chain.enums import (
     DisputeOutcome,
     DisputePhase,
@@ -453,6 +460,7 @@ def cmd_bid(args: argparse.Namespace, client: DevnetClient, out: Output) -> None
         )
     )
     out.field("bidder", bidder)
+    out.field("bidHash", "0x" + bid_hash.hex())
     out.field("totalPayoutUSDC", str(Decimal(sum(payouts)) / USDC))
 
 
@@ -606,6 +614,74 @@ def cmd_show(args: argparse.Namespace, client: DevnetClient, out: Output) -> Non
     print(f"escrow balance: {Decimal(state['escrowBalance']) / USDC} USDC")
 
 
+LINK_TOKEN_TTL_SECONDS = 600
+
+
+def _session_token(args: argparse.Namespace, user_id: uuid.UUID) -> tuple[str, str]:
+    """A short session token for ``user_id`` signed like ``marketplace token``'s (the configured
+    HS256 secret, else the dev secret of the data dir), and the API URL of that server. Never
+    creates a secret: one the running server does not know would only earn a 401."""
+    from marketplace.config import load_settings
+
+    settings = load_settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
+    if settings.jwt_secret is not None:
+        secret = settings.jwt_secret.get_secret_value()
+    elif settings.jwt_public_key or settings.jwks_url:
+        raise UsageError(
+            "link-wallet mints a session token, which needs the shared HS256 secret "
+            "(MARKETPLACE_JWT_SECRET); this configuration verifies tokens with a public key"
+        )
+    else:
+        path = settings.dev_secret_path
+        try:
+            secret = path.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            raise UsageError(
+                f"no dev JWT secret at {path}: point --data-dir (or MARKETPLACE_DATA_DIR) at the "
+                "data dir of the running `marketplace up`"
+            ) from None
+    token = issue_session_token(
+        secret,
+        user_id,
+        email_verified=True,
+        ttl_seconds=LINK_TOKEN_TTL_SECONDS,
+        now=int(time.time()),
+    )
+    api_url = args.api_url or f"http://{settings.listen_address}"
+    return token, api_url
+
+
+def cmd_link_wallet(args: argparse.Namespace, client: DevnetClient, out: Output) -> None:
+    if not 0 <= args.account < len(ANVIL_PRIVATE_KEYS):
+        raise UsageError(
+            f"--account is a dev account index 0..{len(ANVIL_PRIVATE_KEYS) - 1} (its key is "
+            "needed to sign)"
+        )
+    token, api_url = _session_token(args, args.user_id)
+    result = link_wallet(
+        api_url, token, private_key=ANVIL_PRIVATE_KEYS[args.account], chain_id=client.chain_id
+    )
+    verified = result.verified
+    wallet = verified["walletAddress"]
+    out.fields.update(
+        {
+            "userId": str(args.user_id),
+            "account": args.account,
+            "walletAddress": wallet,
+            "chainId": client.chain_id,
+            "challengeId": result.challenge["challengeId"],
+            "verifiedAt": verified["verifiedAt"],
+        }
+    )
+    out.field(
+        "verificationMethod",
+        verified["verificationMethod"],
+        f"linked {wallet} (dev account {args.account}) to user {args.user_id} on chain "
+        f"{client.chain_id}: verified at {verified['verifiedAt']} "
+        f"({verified['verificationMethod']}) through {api_url}",
+    )
+
+
 def cmd_advance_time(args: argparse.Namespace, client: DevnetClient, out: Output) -> None:
     before = client.head()
     head = client.advance_time(args.seconds)
@@ -664,7 +740,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         args.devnet_func(args, client, out)
-    except TransactionFailed as exc:
+    except (TransactionFailed, ApiRefused) as exc:
         out.done()
         print(f"marketplace devnet: {exc}", file=sys.stderr)
         return 1
@@ -811,6 +887,18 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
 
     p = command("show", cmd_show, "print a project's on-chain state")
     p.add_argument("project")
+
+    p = command(
+        "link-wallet",
+        cmd_link_wallet,
+        "link a dev account's wallet to a user through the API (challenge, sign, verify)",
+    )
+    p.add_argument("--user-id", type=uuid.UUID, required=True, help="the user to link it to")
+    p.add_argument("--account", type=int, required=True, help="dev account index 0..9")
+    p.add_argument(
+        "--api-url",
+        help="the API of `marketplace up` (default: http:// + MARKETPLACE_HOST:MARKETPLACE_PORT)",
+    )
 
     p = command("advance-time", cmd_advance_time, "evm_increaseTime + evm_mine")
     p.add_argument("--seconds", type=duration, required=True)
