@@ -238,6 +238,12 @@ def _read_intent_json(source: str) -> dict[str, Any]:
         ) from None
     if not isinstance(data, dict):
         raise UsageError("--intent-json: expected the create-intent response object")
+    if "error" in data:
+        # An error body piped on from a failed POST /v1/projects/create-intents.
+        raise UsageError(
+            f"--intent-json: the create-intent request failed: {data['error']}: "
+            f"{data.get('message', '')}"
+        )
     version = data.get("version", INTENT_VERSION)
     if version != INTENT_VERSION:
         raise UsageError(f"--intent-json: version {version!r} is not {INTENT_VERSION!r}")

@@ -197,6 +197,10 @@ def test_incomplete_or_contradicting_intent_options_send_nothing(  # type: ignor
         ("[1, 2]", "expected the create-intent response object"),
         (json.dumps({"intentId": INTENT_ID}), "no intentId and intentNonce"),
         (
+            json.dumps({"error": "unauthorized", "message": "token expired"}),
+            "the create-intent request failed: unauthorized: token expired",
+        ),
+        (
             json.dumps({"intentId": INTENT_ID, "intentNonce": NONCE, "version": "v2"}),
             "is not 'project_create_intent_v1'",
         ),
