@@ -36,9 +36,9 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -74,6 +74,8 @@ TRUNCATE_ALL = """
 SELECT string_agg(format('%I.%I', schemaname, tablename), ', ')
 FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'schema_migrations'
 """
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 # --- the two contenders ---------------------------------------------------------------------------
@@ -126,9 +128,11 @@ class StageTimer:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
 
-    def wrap(self, name: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    def wrap(
+        self, name: str, fn: Callable[_P, Awaitable[_R]]
+    ) -> Callable[_P, Coroutine[Any, Any, _R]]:
         @functools.wraps(fn)
-        async def timed(*args: Any, **kwargs: Any) -> Any:
+        async def timed(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             started = time.perf_counter()
             try:
                 return await fn(*args, **kwargs)

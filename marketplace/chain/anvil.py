@@ -170,7 +170,7 @@ class AnvilProcess:
             except (OSError, urllib.error.URLError, ValueError):
                 chain_id = None
             if chain_id is not None:
-                if int(chain_id, 16) != self.chain_id:
+                if not isinstance(chain_id, str) or int(chain_id, 16) != self.chain_id:
                     raise AnvilError(f"unexpected chain id {chain_id} at {self.rpc_url}")
                 return
             if time.monotonic() > deadline:

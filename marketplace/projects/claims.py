@@ -16,7 +16,7 @@ from __future__ import annotations
 import secrets
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 import asyncpg
 
@@ -29,7 +29,7 @@ from marketplace.storage.pool import Connection
 from marketplace.storage.repositories import claims as repo
 from marketplace.storage.repositories import wallet_links
 
-INTENT_VERSION = "project_create_intent_v1"
+INTENT_VERSION: Final = "project_create_intent_v1"
 _CREATED = ContractAbi.load("MarketplaceRegistry").events["ProjectCreated"]
 # Statuses in which the owner may still edit the claimed metadata (docs/claims.md).
 EDITABLE_STATUSES = frozenset({"draft"})

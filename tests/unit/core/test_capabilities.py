@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import pkgutil
 
 import pytest
@@ -53,6 +54,6 @@ def test_bad_reference_is_refused() -> None:
 def test_the_cli_offers_the_commands_the_capabilities_declare() -> None:
     parser = build_parser()
     subcommands = next(
-        action for action in parser._actions if action.__class__.__name__ == "_SubParsersAction"
+        action for action in parser._actions if isinstance(action, argparse._SubParsersAction)
     )
-    assert {"admin", "devnet"} <= set(subcommands.choices)  # type: ignore[attr-defined]
+    assert {"admin", "devnet"} <= set(subcommands.choices)
