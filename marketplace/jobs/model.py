@@ -135,7 +135,8 @@ def after_failure(
 def describe_error(exc: BaseException, limit: int = MAX_ERROR_CHARS) -> str:
     """``last_error`` text: the exception line first (what an operator scans for), then the
     innermost frames, cut to ``limit`` characters."""
-    head = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    message = str(exc)
+    head = f"{type(exc).__qualname__}: {message}" if message else type(exc).__qualname__
     frames = traceback.format_tb(exc.__traceback__)[-5:]
     text = head + ("\n" + "".join(frames).rstrip() if frames else "")
     return text if len(text) <= limit else text[: limit - 1] + "…"
