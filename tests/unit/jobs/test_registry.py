@@ -82,3 +82,20 @@ def test_production_registry_is_built_from_the_explicit_list() -> None:
     from marketplace.jobs.queues import QUEUES
 
     assert production_registry().names() == [spec.name for spec in QUEUES]
+
+
+def test_worker_actor_options() -> None:
+    from marketplace.actors.job_worker import JobWorkerActor, worker_spec
+
+    spec = worker_spec("mail", 2)
+    options = spec.ray_options("ns")
+    assert spec.cls is JobWorkerActor
+    assert options["name"] == "job-worker-mail-2"
+    assert options["namespace"] == "ns"
+    assert options["get_if_exists"] is True
+    assert options["scheduling_strategy"] == "SPREAD"
+    assert options["max_restarts"] == -1
+    assert options["lifetime"] == "detached"
+    # status() and wake() are safe to repeat after a restart.
+    assert options["max_task_retries"] == -1
+    assert options["num_cpus"] == 0
