@@ -73,7 +73,10 @@ class JobWorkerActor:
                 backoff = min(backoff * 2, MAX_START_BACKOFF_SECONDS)
 
     async def _serve(self) -> None:
-        pool = await create_pool(self.settings.database_url, min_size=1, max_size=4)
+        # One connection per running attempt plus the loop's and the heartbeat's, so a slow
+        # handler never starves the heartbeat (which would cost the leases of the others).
+        concurrency = self.spec.effective_concurrency(self.settings)
+        pool = await create_pool(self.settings.database_url, min_size=1, max_size=concurrency + 2)
         redis = (
             aioredis.Redis.from_url(self.settings.redis_url) if self.settings.redis_url else None
         )

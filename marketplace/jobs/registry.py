@@ -62,6 +62,22 @@ class JobContext:
             self.phase = "running"
             raise
 
+    async def complete_alone(self) -> None:
+        """Completion without effects: one autocommitted statement, no transaction."""
+        if self.phase != "running":
+            return
+        self.phase = "completing"
+        try:
+            total = await repo.complete(self.pool, self.job.id, self.lease_owner)
+        except BaseException:
+            self.phase = "running"
+            raise
+        if total is None:
+            self.phase = "running"
+            raise LeaseLost(f"job {self.job.id}: lease of {self.lease_owner} lost")
+        self.total_seconds = total
+        self.phase = "completed"
+
 
 JobHandler = Callable[[JobContext], Awaitable[None]]
 

@@ -117,6 +117,7 @@ class JobWorker:
         self._wake = asyncio.Event()
         self._stopping = False
         self._last_prune = -PRUNE_EVERY_SECONDS
+        self._last_reap = -PRUNE_EVERY_SECONDS
         self._heartbeat_task: asyncio.Task[None] | None = None
 
     # --- signals ------------------------------------------------------------------------------
@@ -151,7 +152,6 @@ class JobWorker:
         try:
             while not self._stopping:
                 try:
-                    free = self.config.concurrency - len(self._active)
                     claimed = await self.poll_once()
                     backoff = 0.5
                 except Exception as exc:
@@ -166,10 +166,11 @@ class JobWorker:
                     await self._sleep(backoff)
                     backoff = min(backoff * 2, MAX_LOOP_BACKOFF_SECONDS)
                     continue
-                if free > 0 and len(claimed) == free:
-                    # A full batch: more may be due. Claim again as soon as a slot frees.
+                if claimed:
+                    # More may be due. With every slot taken, wait until one frees (the
+                    # attempt that frees it wakes us); otherwise claim again at once.
                     if len(self._active) >= self.config.concurrency:
-                        await self._sleep(None)
+                        await self._sleep(self.config.poll_interval_seconds)
                     continue
                 await self._sleep(self.config.poll_interval_seconds)
         finally:
@@ -202,6 +203,12 @@ class JobWorker:
         return jobs
 
     async def _maintain(self) -> None:
+        now = time.monotonic()
+        # Once per poll interval is soon enough to fail an exhausted job whose worker died,
+        # and keeps a busy loop at one query per claim.
+        if now - self._last_reap < self.config.poll_interval_seconds:
+            return
+        self._last_reap = now
         reaped = await repo.reap_expired(self.pool, self.spec.name)
         if reaped:
             self.counts["reaped"] += len(reaped)
@@ -210,7 +217,6 @@ class JobWorker:
                 "jobs failed after their last attempt's lease expired",
                 extra={"queue": self.spec.name, "jobs": [r["id"] for r in reaped]},
             )
-        now = time.monotonic()
         if now - self._last_prune >= PRUNE_EVERY_SECONDS:
             self._last_prune = now
             await repo.prune_completed(self.pool, self.config.completed_retention_seconds)
@@ -229,9 +235,7 @@ class JobWorker:
             try:
                 async with asyncio.timeout(self.config.timeout_seconds) as deadline:
                     await self.spec.handler(ctx)
-                    if ctx.phase != "completed":
-                        async with ctx.completion():
-                            pass
+                    await ctx.complete_alone()
                 outcome = "completed"
             except TimeoutError as exc:
                 if not deadline.expired():
