@@ -32,9 +32,12 @@ CREATE TABLE jobs (
     )
 );
 
--- The claim and the depth gauges only look at unfinished jobs; completed ones (the bulk of the
--- table) stay out of this index.
-CREATE INDEX jobs_claim ON jobs (queue, next_attempt_at) WHERE status IN ('queued', 'running');
+-- The claim walks this index in its ORDER BY (id included, so jobs enqueued in one transaction,
+-- which share next_attempt_at, need no sort) and stops at its LIMIT. Completed jobs (the bulk of
+-- the table) stay out of it.
+CREATE INDEX jobs_claim ON jobs (queue, next_attempt_at, id) WHERE status IN ('queued', 'running');
+-- Expired leases, found by the reaper without walking the backlog.
+CREATE INDEX jobs_leases ON jobs (queue, lease_expires_at) WHERE status = 'running';
 -- Completed jobs are pruned by age.
 CREATE INDEX jobs_completed ON jobs (finished_at) WHERE status = 'completed';
 -- Failed jobs are kept for inspection and counted per queue.
