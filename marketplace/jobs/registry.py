@@ -52,7 +52,7 @@ class JobContext:
         self.phase = "completing"
         try:
             async with self.pool.acquire() as conn, conn.transaction():
-                total = await repo.complete(conn, self.job.id, self.lease_owner)
+                total = await repo.complete(conn, self.job.id, self.lease_owner, self.job.attempt)
                 if total is None:
                     raise LeaseLost(f"job {self.job.id}: lease of {self.lease_owner} lost")
                 yield conn
@@ -68,7 +68,7 @@ class JobContext:
             return
         self.phase = "completing"
         try:
-            total = await repo.complete(self.pool, self.job.id, self.lease_owner)
+            total = await repo.complete(self.pool, self.job.id, self.lease_owner, self.job.attempt)
         except BaseException:
             self.phase = "running"
             raise

@@ -250,7 +250,7 @@ class JobWorker:
                 # Stopped by stop(): hand the job back without counting the attempt.
                 ctx.phase = "finishing"
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(repo.release(self.pool, job.id, self.owner))
+                    await asyncio.shield(repo.release(self.pool, job.id, self.owner, job.attempt))
                 outcome = "released"
                 raise
             log.warning("job %s: lease lost, attempt cancelled", job.id)
@@ -258,7 +258,10 @@ class JobWorker:
             ctx.phase = "finishing"
             outcome = await self._record_failure(job, exc)
         finally:
-            self._active.pop(job.id, None)
+            # A later attempt of the same job may have replaced this one here (claimed again by
+            # this worker after this attempt's lease expired): leave that one in place.
+            if self._active.get(job.id) is attempt:
+                del self._active[job.id]
             self.counts[outcome] += 1
             if outcome != "released":
                 self.metrics.finished(job.queue, outcome, time.monotonic() - attempt.started)
@@ -275,7 +278,7 @@ class JobWorker:
         )
         try:
             if isinstance(decision, Fail):
-                done = await repo.fail(self.pool, job.id, self.owner, error)
+                done = await repo.fail(self.pool, job.id, self.owner, job.attempt, error)
                 if done is None:
                     return "lease_lost"
                 log.warning(
@@ -286,7 +289,9 @@ class JobWorker:
                     error.splitlines()[0],
                 )
                 return "failed"
-            row = await repo.retry(self.pool, job.id, self.owner, error, decision.delay_seconds)
+            row = await repo.retry(
+                self.pool, job.id, self.owner, job.attempt, error, decision.delay_seconds
+            )
             if row is None:
                 return "lease_lost"
             if decision.delay_seconds < self.config.poll_interval_seconds:
@@ -312,15 +317,20 @@ class JobWorker:
         so its lease runs out and another worker may take the job over.
         """
         now = time.monotonic()
-        renew = [
-            job_id
+        renew = {
+            job_id: attempt
             for job_id, attempt in self._active.items()
             if attempt.ctx.phase == "running" and now < attempt.deadline + self.config.lease_seconds
-        ]
-        held = await repo.heartbeat(self.pool, renew, self.owner, self.config.lease_seconds)
+        }
+        held = await repo.heartbeat(
+            self.pool,
+            [(job_id, attempt.job.attempt) for job_id, attempt in renew.items()],
+            self.owner,
+            self.config.lease_seconds,
+        )
         for job_id in set(renew) - held:
-            attempt = self._active.get(job_id)
-            if attempt is not None and attempt.ctx.phase == "running" and attempt.task:
+            attempt = renew[job_id]
+            if attempt.ctx.phase == "running" and attempt.task:
                 attempt.lease_lost = True
                 attempt.task.cancel()
 

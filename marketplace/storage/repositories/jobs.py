@@ -68,14 +68,19 @@ WHERE j.id = due.id
 RETURNING {_JOB_COLUMNS}, extract(epoch FROM now() - j.next_attempt_at)::float8 AS waited_seconds
 """
 
+# A lease is (owner, attempt): the attempt number keeps an attempt that outlived its lease (a
+# stalled event loop) from acting for a later attempt of the same worker.
+#
 # Renews the leases this worker still holds. A row locked by someone else is skipped (and so
 # reported as lost): only a takeover of an expired lease or our own completion locks it.
 HEARTBEAT = """
 UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $3)
 WHERE id IN (
-    SELECT id FROM jobs
-    WHERE id = any($1::bigint[]) AND lease_owner = $2 AND status = 'running'
-    FOR UPDATE SKIP LOCKED
+    SELECT j.id FROM jobs j
+    JOIN unnest($1::bigint[], $4::integer[]) AS held (id, attempt)
+      ON j.id = held.id AND j.attempt_count = held.attempt
+    WHERE j.lease_owner = $2 AND j.status = 'running'
+    FOR UPDATE OF j SKIP LOCKED
 )
 RETURNING id
 """
@@ -85,23 +90,23 @@ RETURNING id
 COMPLETE = """
 UPDATE jobs
 SET status = 'completed', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
-WHERE id = $1 AND lease_owner = $2 AND status = 'running'
+WHERE id = $1 AND lease_owner = $2 AND attempt_count = $3 AND status = 'running'
 RETURNING extract(epoch FROM now() - created_at)::float8 AS total_seconds
 """
 
 RETRY = """
 UPDATE jobs
-SET status = 'queued', next_attempt_at = now() + make_interval(secs => $4), last_error = $3,
+SET status = 'queued', next_attempt_at = now() + make_interval(secs => $5), last_error = $4,
     lease_owner = NULL, lease_expires_at = NULL
-WHERE id = $1 AND lease_owner = $2 AND status = 'running'
+WHERE id = $1 AND lease_owner = $2 AND attempt_count = $3 AND status = 'running'
 RETURNING next_attempt_at
 """
 
 FAIL = """
 UPDATE jobs
-SET status = 'failed', finished_at = now(), last_error = $3,
+SET status = 'failed', finished_at = now(), last_error = $4,
     lease_owner = NULL, lease_expires_at = NULL
-WHERE id = $1 AND lease_owner = $2 AND status = 'running'
+WHERE id = $1 AND lease_owner = $2 AND attempt_count = $3 AND status = 'running'
 RETURNING extract(epoch FROM now() - created_at)::float8 AS total_seconds
 """
 
@@ -110,7 +115,7 @@ RELEASE = """
 UPDATE jobs
 SET status = 'queued', next_attempt_at = now(), attempt_count = attempt_count - 1,
     lease_owner = NULL, lease_expires_at = NULL
-WHERE id = $1 AND lease_owner = $2 AND status = 'running'
+WHERE id = $1 AND lease_owner = $2 AND attempt_count = $3 AND status = 'running'
 RETURNING queue
 """
 
@@ -191,32 +196,35 @@ async def claim(
 
 
 async def heartbeat(
-    conn: Conn, job_ids: Sequence[int], owner: str, lease_seconds: float
+    conn: Conn, leases: Sequence[tuple[int, int]], owner: str, lease_seconds: float
 ) -> set[int]:
-    """Renew leases; returns the ids whose lease this owner still holds."""
-    if not job_ids:
+    """Renew leases given as (job id, attempt); returns the ids whose lease this owner still
+    holds."""
+    if not leases:
         return set()
-    rows = await conn.fetch(HEARTBEAT, list(job_ids), owner, float(lease_seconds))
+    ids = [job_id for job_id, _ in leases]
+    attempts = [attempt for _, attempt in leases]
+    rows = await conn.fetch(HEARTBEAT, ids, owner, float(lease_seconds), attempts)
     return {row["id"] for row in rows}
 
 
-async def complete(conn: Conn, job_id: int, owner: str) -> float | None:
+async def complete(conn: Conn, job_id: int, owner: str, attempt: int) -> float | None:
     """Mark completed if ``owner`` holds the lease; the job's age in seconds, None if not."""
-    return await conn.fetchval(COMPLETE, job_id, owner)
+    return await conn.fetchval(COMPLETE, job_id, owner, attempt)
 
 
 async def retry(
-    conn: Conn, job_id: int, owner: str, error: str, delay_seconds: float
+    conn: Conn, job_id: int, owner: str, attempt: int, error: str, delay_seconds: float
 ) -> asyncpg.Record | None:
-    return await conn.fetchrow(RETRY, job_id, owner, error, float(delay_seconds))
+    return await conn.fetchrow(RETRY, job_id, owner, attempt, error, float(delay_seconds))
 
 
-async def fail(conn: Conn, job_id: int, owner: str, error: str) -> float | None:
-    return await conn.fetchval(FAIL, job_id, owner, error)
+async def fail(conn: Conn, job_id: int, owner: str, attempt: int, error: str) -> float | None:
+    return await conn.fetchval(FAIL, job_id, owner, attempt, error)
 
 
-async def release(conn: Conn, job_id: int, owner: str) -> bool:
-    queue = await conn.fetchval(RELEASE, job_id, owner)
+async def release(conn: Conn, job_id: int, owner: str, attempt: int) -> bool:
+    queue = await conn.fetchval(RELEASE, job_id, owner, attempt)
     if queue is None:
         return False
     await conn.execute(NOTIFY, NOTIFY_CHANNEL, queue)

@@ -207,9 +207,10 @@ async def test_an_expired_lease_is_taken_over_and_the_old_owner_cannot_complete(
                 "INSERT INTO job_test_effects (job_id, attempt, owner) VALUES ($1, 1, 'a')",
                 job_id,
             )
-    assert await repo.heartbeat(pool, [job_id], "worker-a", 30) == set()
-    assert await repo.retry(pool, job_id, "worker-a", "late failure", 0) is None
-    assert await repo.fail(pool, job_id, "worker-a", "late failure") is None
+    assert await repo.heartbeat(pool, [(job_id, 1)], "worker-a", 30) == set()
+    assert await repo.retry(pool, job_id, "worker-a", 1, "late failure", 0) is None
+    assert await repo.fail(pool, job_id, "worker-a", 1, "late failure") is None
+    assert not await repo.release(pool, job_id, "worker-a", 1)
 
     current = JobContext(job_from_row(row_b), pool, settings, "worker-b")
     async with current.completion() as conn:
@@ -221,15 +222,38 @@ async def test_an_expired_lease_is_taken_over_and_the_old_owner_cannot_complete(
     assert (row["status"], row["lease_owner"], row["last_error"]) == ("completed", None, None)
 
 
+async def test_an_attempt_that_outlived_its_lease_cannot_act_for_the_next_one(
+    pool: asyncpg.Pool, servers: Servers
+) -> None:
+    """The same worker may claim its own job again after the lease ran out (its event loop
+    stalled): the lease is (owner, attempt), so the stale attempt still cannot complete."""
+    job_id = (await enqueue(pool, QUEUE, {})).job_id
+    [first] = await repo.claim(pool, QUEUE, "worker-a", 1, 30)
+    await pool.execute(
+        "UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", job_id
+    )
+    [second] = await repo.claim(pool, QUEUE, "worker-a", 1, 30)
+    assert second["attempt_count"] == 2
+    settings = make_settings(servers)
+    stale = JobContext(job_from_row(first), pool, settings, "worker-a")
+    with pytest.raises(LeaseLost):
+        await stale.complete_alone()
+    assert await repo.heartbeat(pool, [(job_id, 1)], "worker-a", 30) == set()
+    current = JobContext(job_from_row(second), pool, settings, "worker-a")
+    await current.complete_alone()
+    assert (await job_row(pool, job_id))["status"] == "completed"
+
+
 async def test_heartbeat_extends_only_the_owners_lease(pool: asyncpg.Pool) -> None:
     ids = [(await enqueue(pool, QUEUE, {})).job_id for _ in range(2)]
     claimed = {r["id"] for r in await repo.claim(pool, QUEUE, "a", 2, 5)}
     assert claimed == set(ids)
     before = (await job_row(pool, ids[0]))["lease_expires_at"]
-    assert await repo.heartbeat(pool, ids, "a", 600) == set(ids)
+    assert await repo.heartbeat(pool, [(i, 1) for i in ids], "a", 600) == set(ids)
     after = (await job_row(pool, ids[0]))["lease_expires_at"]
     assert after - before > timedelta(seconds=500)
-    assert await repo.heartbeat(pool, ids, "intruder", 6000) == set()
+    assert await repo.heartbeat(pool, [(i, 1) for i in ids], "intruder", 6000) == set()
+    assert await repo.heartbeat(pool, [(i, 2) for i in ids], "a", 6000) == set(), "wrong attempt"
     assert (await job_row(pool, ids[0]))["lease_expires_at"] == after
 
 
