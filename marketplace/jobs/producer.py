@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import asyncpg
-
 from marketplace.jobs.model import DEFAULT_MAX_ATTEMPTS, check_queue_name
 from marketplace.storage.repositories import jobs as repo
 
@@ -25,7 +23,7 @@ class Enqueued:
 
 
 async def enqueue(
-    conn: asyncpg.Connection | asyncpg.Pool,
+    conn: repo.Conn,
     queue: str,
     payload: dict[str, Any],
     *,

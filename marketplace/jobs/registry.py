@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
 from marketplace.config import Settings
 from marketplace.jobs.model import Job, LeaseLost, check_queue_name
 from marketplace.storage.repositories import jobs as repo
+
+if TYPE_CHECKING:
+    from asyncpg.pool import PoolConnectionProxy
 
 
 @dataclass
@@ -33,20 +36,18 @@ class JobContext:
     """
 
     job: Job
-    pool: asyncpg.Pool
+    pool: asyncpg.Pool[asyncpg.Record]
     settings: Settings
     lease_owner: str
-    state: dict[str, Any] = field(default_factory=dict)
     # "running" -> "completing" -> "completed"; the heartbeat leaves a completing job alone.
     phase: str = "running"
-    total_seconds: float | None = None
 
     @property
     def payload(self) -> dict[str, Any]:
         return self.job.payload
 
     @contextlib.asynccontextmanager
-    async def completion(self) -> AsyncIterator[asyncpg.Connection]:
+    async def completion(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
         if self.phase != "running":
             raise RuntimeError("the job's completion block may run only once")
         self.phase = "completing"
@@ -56,7 +57,6 @@ class JobContext:
                 if total is None:
                     raise LeaseLost(f"job {self.job.id}: lease of {self.lease_owner} lost")
                 yield conn
-            self.total_seconds = total
             self.phase = "completed"
         except BaseException:
             self.phase = "running"
@@ -75,7 +75,6 @@ class JobContext:
         if total is None:
             self.phase = "running"
             raise LeaseLost(f"job {self.job.id}: lease of {self.lease_owner} lost")
-        self.total_seconds = total
         self.phase = "completed"
 
 

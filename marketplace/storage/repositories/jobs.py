@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
 
@@ -21,7 +21,15 @@ from marketplace.storage.pool import connect
 
 log = logging.getLogger(__name__)
 
-Conn = asyncpg.Connection | asyncpg.Pool
+if TYPE_CHECKING:
+    from asyncpg.pool import PoolConnectionProxy
+
+    # A connection (pooled or not) inside the caller's transaction, or the pool for autocommit.
+    Conn: TypeAlias = (
+        asyncpg.Connection[asyncpg.Record]
+        | PoolConnectionProxy[asyncpg.Record]
+        | asyncpg.Pool[asyncpg.Record]
+    )
 
 # Enqueues notify this channel with the queue name as payload. NOTIFY is transactional: the
 # notification is delivered when (and only if) the enqueuing transaction commits.
@@ -210,7 +218,8 @@ async def heartbeat(
 
 async def complete(conn: Conn, job_id: int, owner: str, attempt: int) -> float | None:
     """Mark completed if ``owner`` holds the lease; the job's age in seconds, None if not."""
-    return await conn.fetchval(COMPLETE, job_id, owner, attempt)
+    total = await conn.fetchval(COMPLETE, job_id, owner, attempt)
+    return None if total is None else float(total)
 
 
 async def retry(
@@ -220,7 +229,8 @@ async def retry(
 
 
 async def fail(conn: Conn, job_id: int, owner: str, attempt: int, error: str) -> float | None:
-    return await conn.fetchval(FAIL, job_id, owner, attempt, error)
+    total = await conn.fetchval(FAIL, job_id, owner, attempt, error)
+    return None if total is None else float(total)
 
 
 async def release(conn: Conn, job_id: int, owner: str, attempt: int) -> bool:
@@ -282,8 +292,8 @@ class JobNotifications:
                 await self._task
             self._task = None
 
-    def _notified(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
-        self._on_queue(payload)
+    def _notified(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
+        self._on_queue(str(payload))
 
     async def _run(self) -> None:
         backoff = 0.5

@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from asyncpg.pool import PoolConnectionProxy
 
 from marketplace.jobs import JobContext, LeaseLost, QueueSpec, enqueue
 from marketplace.jobs.model import Backoff
@@ -105,7 +106,7 @@ async def test_enqueue_commits_with_the_callers_transaction_and_notifies_only_th
         await listener.close()
 
 
-async def enqueue_then_fail(conn: asyncpg.Connection) -> None:
+async def enqueue_then_fail(conn: PoolConnectionProxy[asyncpg.Record]) -> None:
     async with conn.transaction():
         await enqueue(conn, QUEUE, {"n": 1})
         raise RuntimeError("change failed")
@@ -271,7 +272,7 @@ async def test_effects_and_completion_commit_together(pool: asyncpg.Pool, server
 
 
 async def _equals(value: Any, expected: Any) -> bool:
-    return (await value) == expected
+    return bool((await value) == expected)
 
 
 async def test_a_handler_without_a_completion_block_is_completed_by_the_worker(

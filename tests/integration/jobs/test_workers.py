@@ -126,6 +126,7 @@ async def test_a_worker_killed_mid_job_leaves_it_to_be_retried_and_completed_onc
     first = await pool.fetchrow(
         "SELECT lease_owner, lease_expires_at FROM jobs WHERE id = $1", job_id
     )
+    assert first is not None
     victim_name = first["lease_owner"].split(":", 1)[0]
     victim = ray.get_actor(victim_name, namespace="marketplace-test")
     victim_state = await victim.status.remote()
@@ -191,7 +192,7 @@ async def test_metrics_show_depth_attempts_outcomes_and_latency(
     async def scraped() -> str:
         resp = await client.get("/metrics")
         assert resp.status == 200
-        return await resp.text()
+        return str(await resp.text())
 
     async def flushed() -> bool:
         # Workers flush their counters to Redis about once a second.
