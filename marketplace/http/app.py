@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Sequence
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from marketplace.actors.job_worker import JobWorkers
 from marketplace.actors.project_shard import ProjectShards
 from marketplace.actors.runtime import ActorRuntime
 from marketplace.auth import NoApiKeys, SessionVerifier
@@ -26,10 +25,7 @@ from marketplace.http.middlewares import request_context
 from marketplace.http.ratelimit import RateLimiter
 from marketplace.http.routing import Route, RouteTable, make_endpoint
 from marketplace.interpreter import pin_recursion_limit
-from marketplace.jobs.metrics import CachedSnapshot
-from marketplace.jobs.queues import production_registry
 from marketplace.logs import AccessLog
-from marketplace.metrics import JOB_METRICS
 from marketplace.storage.pool import create_pool
 
 log = logging.getLogger(__name__)
@@ -94,27 +90,6 @@ async def _ray(app: web.Application) -> AsyncIterator[None]:
     log.info("ray runtime stopped")
 
 
-async def _job_workers(app: web.Application) -> AsyncIterator[None]:
-    workers = JobWorkers(app[keys.ACTORS], app[keys.JOB_REGISTRY])
-    if app[keys.SETTINGS].jobs_enabled:
-        # get-if-exists: every frontend asks, each named worker exists once.
-        count = workers.start()
-        log.info("job workers started", extra={"workers": count})
-    app[keys.JOB_WORKERS] = workers
-    job_metrics = CachedSnapshot(app[keys.SETTINGS].jobs_metrics_cache_seconds)
-
-    async def refresh_job_metrics(app: web.Application) -> None:
-        try:
-            JOB_METRICS.snapshot = await job_metrics.refresh(
-                app[keys.PG_POOL], app[keys.REDIS], app[keys.JOB_REGISTRY].names()
-            )
-        except Exception:
-            log.warning("job metrics unavailable", exc_info=True)
-
-    app[keys.METRICS_REFRESHERS].append(refresh_job_metrics)
-    yield
-
-
 def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> web.Application:
     """Build the app. ``settings.database_url`` and ``redis_url`` must be set by now.
 
@@ -130,13 +105,12 @@ def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> w
     app[keys.GUARD_HOOKS] = []
     app[keys.AFTER_REQUEST_HOOKS] = []
     app[keys.METRICS_REFRESHERS] = []
-    app[keys.JOB_REGISTRY] = production_registry()
     app[keys.ACCESS_LOG] = AccessLog(
         enabled=logging.getLogger("marketplace.access").isEnabledFor(logging.INFO)
         and logging.getLogger().isEnabledFor(logging.INFO),
         json_lines=settings.log_json,
     )
-    app.cleanup_ctx.extend([_access_log, _postgres, _redis, _ray, _job_workers])
+    app.cleanup_ctx.extend([_access_log, _postgres, _redis, _ray])
 
     routes: list[Route] = []
     for capability in CAPABILITIES:

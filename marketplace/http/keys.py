@@ -28,7 +28,7 @@ PG_POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pg_pool", asyncpg.Pool)
 REDIS: web.AppKey[aioredis.Redis] = web.AppKey("redis", aioredis.Redis)
 ACTORS: web.AppKey[ActorRuntime] = web.AppKey("actors")
 PROJECT_SHARDS: web.AppKey[ProjectShards] = web.AppKey("project_shards")
-# The queues whose workers this frontend starts (marketplace/jobs/queues.py; tests swap it).
+# The queues whose workers this frontend starts (declared by capabilities; tests swap it).
 JOB_REGISTRY: web.AppKey[JobRegistry] = web.AppKey("job_registry", JobRegistry)
 JOB_WORKERS: web.AppKey[JobWorkers] = web.AppKey("job_workers")
 SESSION_VERIFIER: web.AppKey[SessionVerifier] = web.AppKey("session_verifier", SessionVerifier)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marketplace.jobs.model import DEFAULT_MAX_ATTEMPTS, check_queue_name
+from marketplace.storage.pool import Conn
 from marketplace.storage.repositories import jobs as repo
 
 
@@ -23,7 +24,7 @@ class Enqueued:
 
 
 async def enqueue(
-    conn: repo.Conn,
+    conn: Conn,
     queue: str,
     payload: dict[str, Any],
     *,

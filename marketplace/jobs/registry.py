@@ -3,8 +3,9 @@
 A handler is a module-level ``async def handle(ctx: JobContext) -> None``. Worker actors receive
 the :class:`QueueSpec` as a constructor argument and Ray pickles the handler by reference, so the
 worker process imports the handler's module itself; a handler is therefore never a lambda or a
-closure. Which queues exist is decided by the list in ``marketplace/jobs/queues.py`` (and, in
-tests, by the registry a test builds), never by which modules happen to be imported.
+closure. Which queues exist is decided by the capabilities that declare them
+(``Capability.queues`` in ``marketplace/capabilities.py``; in tests, by the registry a test
+builds), never by which modules happen to be imported.
 """
 
 from __future__ import annotations
@@ -12,16 +13,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import asyncpg
 
 from marketplace.config import Settings
 from marketplace.jobs.model import Job, LeaseLost, check_queue_name
+from marketplace.storage.pool import Connection
 from marketplace.storage.repositories import jobs as repo
-
-if TYPE_CHECKING:
-    from asyncpg.pool import PoolConnectionProxy
 
 
 @dataclass
@@ -47,7 +46,7 @@ class JobContext:
         return self.job.payload
 
     @contextlib.asynccontextmanager
-    async def completion(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
+    async def completion(self) -> AsyncIterator[Connection]:
         if self.phase != "running":
             raise RuntimeError("the job's completion block may run only once")
         self.phase = "completing"

@@ -13,23 +13,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any
 
 import asyncpg
 
-from marketplace.storage.pool import connect
+from marketplace.storage.pool import Conn, Connection, connect
 
 log = logging.getLogger(__name__)
 
-if TYPE_CHECKING:
-    from asyncpg.pool import PoolConnectionProxy
-
-    # A connection (pooled or not) inside the caller's transaction, or the pool for autocommit.
-    Conn: TypeAlias = (
-        asyncpg.Connection[asyncpg.Record]
-        | PoolConnectionProxy[asyncpg.Record]
-        | asyncpg.Pool[asyncpg.Record]
-    )
 
 # Enqueues notify this channel with the queue name as payload. NOTIFY is transactional: the
 # notification is delivered when (and only if) the enqueuing transaction commits.
@@ -298,7 +289,7 @@ class JobNotifications:
     async def _run(self) -> None:
         backoff = 0.5
         while True:
-            conn: asyncpg.Connection | None = None
+            conn: Connection | None = None
             try:
                 conn = await connect(self._dsn)
                 lost = asyncio.Event()

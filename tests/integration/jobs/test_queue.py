@@ -13,11 +13,11 @@ from typing import Any
 
 import asyncpg
 import pytest
-from asyncpg.pool import PoolConnectionProxy
 
 from marketplace.jobs import JobContext, LeaseLost, QueueSpec, enqueue
 from marketplace.jobs.model import Backoff
 from marketplace.jobs.worker import JobWorker, WorkerConfig, job_from_row
+from marketplace.storage.pool import Connection
 from marketplace.storage.repositories import jobs as repo
 from tests.conftest import Servers, make_settings
 from tests.integration.jobs.conftest import job_row, running, wait_until
@@ -106,7 +106,7 @@ async def test_enqueue_commits_with_the_callers_transaction_and_notifies_only_th
         await listener.close()
 
 
-async def enqueue_then_fail(conn: PoolConnectionProxy[asyncpg.Record]) -> None:
+async def enqueue_then_fail(conn: Connection) -> None:
     async with conn.transaction():
         await enqueue(conn, QUEUE, {"n": 1})
         raise RuntimeError("change failed")

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import pytest
 
+from marketplace.capabilities import resolve
 from marketplace.config import Settings
 from marketplace.jobs import JobContext
 from marketplace.jobs.model import Backoff
-from marketplace.jobs.queues import production_registry
 from marketplace.jobs.registry import JobRegistry, QueueSpec
 from marketplace.jobs.worker import WorkerConfig
 
 
 async def handle(ctx: JobContext) -> None:
     return None
+
+
+MAIL_QUEUE = QueueSpec("mail", handle)
+VERIFY_QUEUE = QueueSpec("verify", handle)
 
 
 def test_registry_lists_queues_in_declaration_order_and_refuses_duplicates() -> None:
@@ -77,11 +81,17 @@ def test_worker_config_from_settings_and_queue() -> None:
     assert (own.concurrency, own.timeout_seconds) == (2, 3)
 
 
-def test_production_registry_is_built_from_the_explicit_list() -> None:
-    # The verifier and e-mail issues add their queues to marketplace/jobs/queues.py.
-    from marketplace.jobs.queues import QUEUES
+def test_the_service_registry_holds_the_queues_the_capabilities_declare() -> None:
+    from marketplace.capabilities import CAPABILITIES, Capability
+    from marketplace.http.job_queue import declared_queues
 
-    assert production_registry().names() == [spec.name for spec in QUEUES]
+    declared = [ref for cap in CAPABILITIES for ref in cap.queues]
+    assert declared_queues().names() == [resolve(ref).name for ref in declared]
+    mail = Capability(name="mail", summary="", queues=(f"{__name__}:MAIL_QUEUE",))
+    verifier = Capability(name="verifier", summary="", queues=(f"{__name__}:VERIFY_QUEUE",))
+    assert declared_queues((mail, verifier)).names() == ["mail", "verify"]
+    with pytest.raises(ValueError, match="registered twice"):
+        declared_queues((mail, mail))
 
 
 def test_worker_actor_options() -> None:
