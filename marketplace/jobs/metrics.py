@@ -44,7 +44,9 @@ RUN_BUCKETS: tuple[float, ...] = (
 # completed: done. retried: failed, another attempt is scheduled. failed: failed for good
 # (permanent error, last attempt failed, or last attempt's lease expired). lease_lost: this
 # worker lost the lease and its result was discarded (another worker owns the job now).
-OUTCOMES = ("completed", "retried", "failed", "lease_lost")
+# unrecorded: the failure could not be written (Postgres unreachable); the lease will expire and
+# the job be claimed again.
+OUTCOMES = ("completed", "retried", "failed", "lease_lost", "unrecorded")
 STATUSES = ("queued", "running", "failed")
 FLUSH_SECONDS = 1.0
 

@@ -70,7 +70,9 @@ async def all_listening(workers: JobWorkers, count: int) -> bool:
 async def test_concurrent_workers_run_each_job_exactly_once(
     pool: asyncpg.Pool, servers: Servers, queue: str
 ) -> None:
-    workers = start_workers(job_settings(servers), servers, queue)
+    # A lease far longer than any stall of a loaded test machine: this test is about workers
+    # that hold their leases.
+    workers = start_workers(job_settings(servers, jobs_lease_seconds=30), servers, queue)
     await wait_until(lambda: all_listening(workers, 3), 60, "three workers listening")
     names = {e["name"] for e in ray.util.list_named_actors(all_namespaces=True)}
     assert {worker_name(queue, i) for i in range(3)} <= names
