@@ -42,6 +42,9 @@ class Capability:
     guards: tuple[tuple[str, str], ...] = ()
     # ``fn(subparsers)`` adding sub-commands to ``marketplace``.
     cli: tuple[str, ...] = ()
+    # Job queues (``QueueSpec``) this capability's work runs on; the jobs capability starts
+    # their worker actors (docs/jobs.md).
+    queues: tuple[str, ...] = ()
     # Event types written to the outbox / read from the stream (docs/events.md).
     produces: tuple[str, ...] = ()
     consumes: tuple[str, ...] = ()
@@ -98,6 +101,12 @@ CAPABILITIES: tuple[Capability, ...] = (
             f"{ROUTES}.challenge_submissions:routes",
             f"{ROUTES}.dispute_evidence:routes",
         ),
+    ),
+    Capability(
+        name="jobs",
+        summary="the durable job queue: worker actors for every declared queue, queue metrics",
+        setup=("marketplace.http.job_queue:setup",),
+        contexts=("marketplace.http.job_queue:job_workers",),
     ),
 )
 

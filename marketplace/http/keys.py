@@ -11,9 +11,11 @@ from aiohttp import web
 
 from marketplace.auth import ApiKeyResolver, SessionVerifier
 from marketplace.config import Settings
+from marketplace.jobs.registry import JobRegistry
 from marketplace.logs import AccessLog
 
 if TYPE_CHECKING:
+    from marketplace.actors.job_worker import JobWorkers
     from marketplace.actors.project_shard import ProjectShards
     from marketplace.actors.runtime import ActorRuntime
     from marketplace.http.ratelimit import RateLimiter
@@ -26,6 +28,9 @@ PG_POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pg_pool", asyncpg.Pool)
 REDIS: web.AppKey[aioredis.Redis] = web.AppKey("redis", aioredis.Redis)
 ACTORS: web.AppKey[ActorRuntime] = web.AppKey("actors")
 PROJECT_SHARDS: web.AppKey[ProjectShards] = web.AppKey("project_shards")
+# The queues whose workers this frontend starts (declared by capabilities; tests swap it).
+JOB_REGISTRY: web.AppKey[JobRegistry] = web.AppKey("job_registry", JobRegistry)
+JOB_WORKERS: web.AppKey[JobWorkers] = web.AppKey("job_workers")
 SESSION_VERIFIER: web.AppKey[SessionVerifier] = web.AppKey("session_verifier", SessionVerifier)
 API_KEY_RESOLVER: web.AppKey[ApiKeyResolver] = web.AppKey("api_key_resolver")
 RATE_LIMITER: web.AppKey[RateLimiter] = web.AppKey("rate_limiter")

@@ -114,6 +114,39 @@ CREATE TABLE public.indexer_cursors (
     updated_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE public.jobs (
+    id bigint NOT NULL,
+    queue text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    status text DEFAULT 'queued'::text NOT NULL,
+    attempt_count integer DEFAULT 0 NOT NULL,
+    max_attempts integer DEFAULT 5 NOT NULL,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    lease_owner text,
+    lease_expires_at timestamp with time zone,
+    last_error text,
+    idempotency_key text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    CONSTRAINT jobs_attempt_count_check CHECK ((attempt_count >= 0)),
+    CONSTRAINT jobs_finished CHECK (((status = ANY (ARRAY['completed'::text, 'failed'::text])) = (finished_at IS NOT NULL))),
+    CONSTRAINT jobs_idempotency_key_check CHECK ((char_length(idempotency_key) <= 200)),
+    CONSTRAINT jobs_lease CHECK (((status = 'running'::text) = ((lease_owner IS NOT NULL) AND (lease_expires_at IS NOT NULL)))),
+    CONSTRAINT jobs_max_attempts_check CHECK ((max_attempts >= 1)),
+    CONSTRAINT jobs_queue_check CHECK ((queue ~ '^[a-z0-9][a-z0-9_.-]{0,62}$'::text)),
+    CONSTRAINT jobs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'completed'::text, 'failed'::text])))
+);
+
+CREATE SEQUENCE public.jobs_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.jobs_id_seq OWNED BY public.jobs.id;
+
 CREATE TABLE public.legal_acceptances (
     user_id uuid NOT NULL,
     document_type text NOT NULL,
@@ -291,6 +324,8 @@ CREATE TABLE public.wallet_links (
     CONSTRAINT wallet_links_wallet_address_check CHECK ((wallet_address ~ '^0x[0-9a-f]{40}$'::text))
 );
 
+ALTER TABLE ONLY public.jobs ALTER COLUMN id SET DEFAULT nextval('public.jobs_id_seq'::regclass);
+
 ALTER TABLE ONLY public.api_key_secrets
     ADD CONSTRAINT api_key_secrets_pkey PRIMARY KEY (secret_hash);
 
@@ -323,6 +358,12 @@ ALTER TABLE ONLY public.indexer_blocks
 
 ALTER TABLE ONLY public.indexer_cursors
     ADD CONSTRAINT indexer_cursors_pkey PRIMARY KEY (chain_id);
+
+ALTER TABLE ONLY public.jobs
+    ADD CONSTRAINT jobs_idempotency UNIQUE (queue, idempotency_key);
+
+ALTER TABLE ONLY public.jobs
+    ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY public.legal_acceptances
     ADD CONSTRAINT legal_acceptances_pkey PRIMARY KEY (user_id, document_type, version, kind);
@@ -362,6 +403,14 @@ CREATE INDEX api_key_secrets_by_key ON public.api_key_secrets USING btree (key_i
 CREATE INDEX api_key_usage_by_key_time ON public.api_key_usage USING btree (key_id, occurred_at DESC, usage_id DESC);
 
 CREATE INDEX api_keys_by_user ON public.api_keys USING btree (user_id, created_at);
+
+CREATE INDEX jobs_claim ON public.jobs USING btree (queue, next_attempt_at, id) WHERE (status = ANY (ARRAY['queued'::text, 'running'::text]));
+
+CREATE INDEX jobs_completed ON public.jobs USING btree (finished_at) WHERE (status = 'completed'::text);
+
+CREATE INDEX jobs_failed ON public.jobs USING btree (queue, finished_at) WHERE (status = 'failed'::text);
+
+CREATE INDEX jobs_leases ON public.jobs USING btree (queue, lease_expires_at) WHERE (status = 'running'::text);
 
 CREATE INDEX project_create_intents_by_user ON public.project_create_intents USING btree (user_id, created_at DESC);
 
