@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Any
 
-from pydantic import BaseModel
-from pydantic.json_schema import models_json_schema
+from pydantic import BaseModel, Field
+from pydantic.json_schema import (
+    GenerateJsonSchema,
+    JsonSchemaValue,
+    SkipJsonSchema,
+    models_json_schema,
+)
 
 from marketplace import API_VERSION
 from marketplace.errors import (
     EmailNotVerified,
     Forbidden,
+    HeaderTooLarge,
     InvalidRequest,
     LegalAcceptanceRequired,
     MarketplaceError,
+    MethodNotAllowed,
+    NotFound,
     PayloadTooLarge,
     PrincipalMismatch,
     RateLimited,
@@ -32,18 +41,29 @@ SECURITY_SCHEMES = {
         "type": "http",
         "scheme": "bearer",
         "bearerFormat": "JWT",
-        "description": "Session JWT from the identity provider; `sub` is the user id.",
+        "description": (
+            "`Authorization: Bearer <session JWT>` from the identity provider: `sub` is the "
+            "user id (uuid), `email_verified`, `iat` and `exp` are required. In development: "
+            "`marketplace token --user-id <uuid>`."
+        ),
     },
     "agentApiKey": {
         "type": "apiKey",
         "in": "header",
         "name": "x-agent-api-key",
-        "description": "Agent API key acting for its parent user.",
+        "description": (
+            "`x-agent-api-key: <key>`: an agent API key (`POST /v1/api-keys`, shown once) "
+            "acting for its user."
+        ),
     },
     "schedulerBearer": {
         "type": "http",
         "scheme": "bearer",
-        "description": "Shared secret of the internal scheduler.",
+        "description": (
+            "`Authorization: Bearer <scheduler secret>` (`MARKETPLACE_SCHEDULER_SECRET`), "
+            "only where an operation lists it. Uses the same header as sessionBearer: "
+            "authorize one of the two at a time."
+        ),
     },
 }
 
@@ -61,12 +81,143 @@ _SECURITY: dict[AuthMode, list[dict[str, list[str]]]] = {
 }
 
 
+_ACCESS: dict[AuthMode, str] = {
+    AuthMode.NONE: "public; credentials are not looked at.",
+    AuthMode.OPTIONAL: (
+        "anonymous, or a session JWT or agent API key to see what that user may see; a "
+        "credential that does not verify is still 401."
+    ),
+    AuthMode.EITHER: "a session JWT or an agent API key.",
+    AuthMode.SESSION: "a session JWT only; an agent API key is 403 `forbidden`.",
+    AuthMode.SCHEDULER: "the scheduler secret only.",
+    AuthMode.EITHER_OR_SCHEDULER: "a session JWT, an agent API key or the scheduler secret.",
+}
+_GUARDED = (
+    "**Guarded mutation:** after authentication and the rate limit, before the path, query "
+    "and body are validated: a verified e-mail (else 403 `email_not_verified`), then legal "
+    "assent (`strict`: 403 `legal_acceptance_required` with `missing`; `implicit`: missing "
+    "versions are recorded as implied assent)."
+)
+
+
+class ValidationDetail(ResponseModel):
+    location: str = Field(description="`path`, `query` or `body`")
+    field: str = Field(description="dotted path of the field inside that location")
+    message: str
+    type: str = Field(description="machine-readable kind of the failure")
+
+
+class MissingLegalDocument(ResponseModel):
+    documentType: str
+    version: str
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)  # the field is left out, never null
+
+
 class ErrorResponse(ResponseModel):
     """Every error: a machine code and a message; some errors add fields (spec section 7)."""
 
     model_config = {"extra": "allow"}
-    error: str
-    message: str
+    error: str = Field(description="machine code; each operation lists the codes it answers")
+    message: str = Field(description="human-readable explanation; not meant to be parsed")
+    details: list[ValidationDetail] | SkipJsonSchema[None] = Field(
+        default=None,
+        description="400 `invalid_request` only: one entry per invalid field",
+        json_schema_extra=_no_default,
+    )
+    missing: list[MissingLegalDocument] | SkipJsonSchema[None] = Field(
+        default=None,
+        description="403 `legal_acceptance_required` only: required versions not yet accepted",
+        json_schema_extra=_no_default,
+    )
+
+
+# Answered for any request, whatever route it names (or none): an unknown path, a method the
+# path does not have, an oversize request line or header, an unexpected failure.
+FRAMEWORK_ERRORS: tuple[type[MarketplaceError], ...] = (
+    NotFound,
+    MethodNotAllowed,
+    HeaderTooLarge,
+    MarketplaceError,
+)
+
+
+def documented(error: type[MarketplaceError], *codes: str) -> type[MarketplaceError]:
+    """``error`` as a route declares it when only ``codes`` of its family can happen there."""
+    return type(error.__name__, (error,), {"documented_codes": codes})
+
+
+def codes_of(error: type[MarketplaceError]) -> tuple[str, ...]:
+    # An error class standing for a family of codes lists them in `documented_codes`.
+    return tuple(getattr(error, "documented_codes", (error.code,)))
+
+
+def _message(error: type[MarketplaceError], code: str) -> str:
+    if code == error.code:
+        if error is MarketplaceError:
+            return "internal error (request id 5f0c2d8e9b7a4e21)"
+        return error.default_message
+    return f"{error.default_message}: {code.replace('_', ' ')}"
+
+
+def error_example(error: type[MarketplaceError], code: str) -> dict[str, Any]:
+    example: dict[str, Any] = {"error": code, "message": _message(error, code)}
+    if issubclass(error, InvalidRequest):
+        example["message"] = "invalid body: body.metadata.title"
+        example["details"] = [
+            {
+                "location": "body",
+                "field": "metadata.title",
+                "message": "String should have at least 1 character",
+                "type": "string_too_short",
+            }
+        ]
+    if issubclass(error, LegalAcceptanceRequired):
+        example["missing"] = [{"documentType": "terms", "version": "2025-03-01"}]
+    return example
+
+
+class _Answered:
+    """One error code: the class that raises it and the operations that declare it."""
+
+    def __init__(self, error: type[MarketplaceError]) -> None:
+        self.error = error
+        self.status = error.status
+        self.operations: list[str] = []
+
+
+def all_errors(routes: list[Route]) -> dict[str, _Answered]:
+    """Every error code the API can answer, by status then code."""
+    found: dict[str, _Answered] = {}
+    for route in routes:
+        for error in _errors_of(route):
+            for code in codes_of(error):
+                answered = found.setdefault(code, _Answered(error))
+                answered.operations.append(_route_key(route))
+    for error in FRAMEWORK_ERRORS:
+        found.setdefault(error.code, _Answered(error))
+    return dict(sorted(found.items(), key=lambda item: (item[1].status, item[0])))
+
+
+def _ordered(value: Any, parent_key: str | None = None) -> Any:
+    if parent_key in ("examples", "example"):
+        return value  # shown as written: sorted keys would put `mode` after `metadata`
+    if isinstance(value, list):
+        return [_ordered(item, parent_key) for item in value]
+    if not isinstance(value, dict):
+        return value
+    keys = list(value) if parent_key in ("properties", "default") else sorted(value)
+    return {key: _ordered(value[key], key) for key in keys}
+
+
+class _SchemaGenerator(GenerateJsonSchema):
+    """pydantic's generator, but examples keep the key order they were written in."""
+
+    def sort(self, value: JsonSchemaValue, parent_key: str | None = None) -> JsonSchemaValue:
+        result: JsonSchemaValue = _ordered(value, parent_key)
+        return result
 
 
 def _openapi_path(path: str) -> str:
@@ -91,6 +242,30 @@ def _errors_of(route: Route) -> list[type[MarketplaceError]]:
     return errors
 
 
+def _description(route: Route) -> str:
+    parts = [inspect.cleandoc(route.description)] if route.description.strip() else []
+    access = f"**Credentials:** {_ACCESS[route.auth]}"
+    if not route.rate_limited:
+        access += " Not rate-limited."
+    parts.append(access)
+    if route.guarded:
+        parts.append(_GUARDED)
+    return "\n\n".join(parts)
+
+
+def _body_examples(schema: dict[str, Any], schemas: dict[str, Any]) -> dict[str, Any]:
+    """Named examples of a request body: its own, or one per `oneOf` member that has any."""
+    examples: dict[str, Any] = {}
+    for index, value in enumerate(schema.get("examples", [])):
+        examples[f"example{index + 1}"] = {"value": value}
+    for member in schema.get("oneOf", []):
+        target = schemas.get(member.get("$ref", "").rsplit("/", 1)[-1], member)
+        for value in target.get("examples", [])[:1]:
+            name = target.get("title", f"option{len(examples) + 1}")
+            examples[name] = {"summary": target.get("description", name), "value": value}
+    return examples
+
+
 def build_openapi(routes: list[Route], *, title: str, description: str) -> dict[str, Any]:
     models: list[tuple[type[BaseModel], Any]] = [(ErrorResponse, "serialization")]
     for route in routes:
@@ -102,7 +277,7 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> dict[
             if params is not None:
                 models.append((params, "validation"))
     unique = list(dict.fromkeys(models))
-    refs, top = models_json_schema(unique, ref_template=REF)
+    refs, top = models_json_schema(unique, ref_template=REF, schema_generator=_SchemaGenerator)
     schemas: dict[str, Any] = dict(top.get("$defs", {}))
 
     def resolve(model: type[BaseModel], mode: str) -> dict[str, Any]:
@@ -118,8 +293,7 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> dict[
             "security": _SECURITY[route.auth],
             "x-auth": route.auth.value,
         }
-        if route.description:
-            operation["description"] = route.description.strip()
+        operation["description"] = _description(route)
         if route.guarded:
             operation["x-guarded"] = True
         parameters = []
@@ -141,9 +315,16 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> dict[
         if parameters:
             operation["parameters"] = parameters
         if route.body is not None:
+            body_schema = resolve(route.body, "validation")
+            # An empty body counts as `{}`: a body with no required field may be left out.
+            optional = body_schema.get("type") == "object" and not body_schema.get("required")
+            media: dict[str, Any] = {"schema": refs[(route.body, "validation")]}
+            examples = _body_examples(body_schema, schemas)
+            if examples:
+                media["examples"] = examples
             operation["requestBody"] = {
-                "required": True,
-                "content": {"application/json": {"schema": refs[(route.body, "validation")]}},
+                "required": not optional,
+                "content": {"application/json": media},
             }
         responses: dict[str, Any] = {}
         if route.response is not None:
@@ -157,18 +338,22 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> dict[
             }
         else:
             responses[str(route.status)] = {"description": "OK"}
-        by_status: dict[int, list[str]] = {}
+        by_status: dict[int, dict[str, type[MarketplaceError]]] = {}
         for error in _errors_of(route):
-            codes = by_status.setdefault(error.status, [])
-            # An error class standing for a family of codes lists them in `documented_codes`.
-            for code in getattr(error, "documented_codes", (error.code,)):
-                if code not in codes:
-                    codes.append(code)
+            codes = by_status.setdefault(error.status, {})
+            for code in codes_of(error):
+                codes.setdefault(code, error)
         for status, codes in sorted(by_status.items()):
             responses[str(status)] = {
                 "description": "error codes: " + ", ".join(f"`{c}`" for c in codes),
                 "content": {
-                    "application/json": {"schema": {"$ref": REF.format(model="ErrorResponse")}}
+                    "application/json": {
+                        "schema": {"$ref": REF.format(model="ErrorResponse")},
+                        "examples": {
+                            code: {"value": error_example(error, code)}
+                            for code, error in codes.items()
+                        },
+                    }
                 },
             }
         operation["responses"] = responses
@@ -176,6 +361,10 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> dict[
 
     for name in ("ErrorResponse",):
         schemas.setdefault(name, resolve(ErrorResponse, "serialization"))
+    # Generated from every route's declared errors, so no code can be missing from the list.
+    schemas["ErrorResponse"]["examples"] = [
+        error_example(answered.error, code) for code, answered in all_errors(routes).items()
+    ]
     return {
         "openapi": "3.1.0",
         "info": {"title": title, "version": API_VERSION, "description": description},
@@ -183,3 +372,174 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> dict[
         "paths": paths,
         "components": {"schemas": schemas, "securitySchemes": SECURITY_SCHEMES},
     }
+
+
+# --- the introduction's generated parts ---------------------------------------------------------
+
+# The spec's endpoints by area (its section 4, plus the extensions planned in the issues). The
+# route table decides what is implemented, so this list only changes when the spec does.
+SPEC_AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "System",
+        (
+            "GET /v1/health",
+            "GET /v1/openapi.json",
+            "GET /v1/internal/indexer/status",
+            "GET /v1/auth/permissions",
+        ),
+    ),
+    (
+        "Identity: wallet links",
+        (
+            "GET /v1/wallet-links",
+            "POST /v1/wallet-links/challenge",
+            "POST /v1/wallet-links/verify",
+            "DELETE /v1/wallet-links/{walletAddress}",
+        ),
+    ),
+    (
+        "Identity: usernames",
+        (
+            "GET /v1/username",
+            "PUT /v1/username",
+            "GET /v1/username/check",
+            "POST /v1/username/batch",
+        ),
+    ),
+    (
+        "Identity: agent API keys",
+        (
+            "GET /v1/api-keys",
+            "POST /v1/api-keys",
+            "POST /v1/api-keys/{keyId}/rotate",
+            "POST /v1/api-keys/{keyId}/revoke",
+            "GET /v1/api-keys/{keyId}/audit",
+        ),
+    ),
+    (
+        "Legal assent",
+        (
+            "GET /v1/legal/documents",
+            "GET /v1/legal/public-documents",
+            "GET /v1/legal/acceptances",
+            "POST /v1/legal/acceptances",
+        ),
+    ),
+    (
+        "Projects (read models indexed from the chain)",
+        (
+            "GET /v1/projects",
+            "GET /v1/projects/{projectAddress}",
+            "GET /v1/projects/{projectAddress}/milestones",
+        ),
+    ),
+    (
+        "Project creation: create intents, claims, metadata edits",
+        (
+            "POST /v1/projects/create-intents",
+            "POST /v1/projects/{projectAddress}/claim",
+            "PATCH /v1/projects/{projectAddress}/metadata",
+        ),
+    ),
+    (
+        "Records: bid drafts, challenge submissions, dispute evidence",
+        (
+            "POST /v1/projects/{projectAddress}/bid-drafts",
+            "GET /v1/projects/{projectAddress}/bid-drafts",
+            "POST /v1/projects/{projectAddress}/challenge-submissions",
+            "GET /v1/projects/{projectAddress}/challenge-submissions",
+            "POST /v1/projects/{projectAddress}/dispute-evidence",
+            "GET /v1/projects/{projectAddress}/dispute-evidence",
+        ),
+    ),
+    (
+        "Messaging: project chat, direct messages, block, mute, reports",
+        (
+            "GET /v1/projects/{projectAddress}/chat/messages",
+            "POST /v1/projects/{projectAddress}/chat/messages",
+            "GET /v1/messages/dm/threads",
+            "GET /v1/messages/dm/threads/{threadId}/messages",
+            "POST /v1/messages/dm",
+            "POST /v1/messages/block",
+            "DELETE /v1/messages/block/{blockedUserId}",
+            "POST /v1/messages/mute",
+            "DELETE /v1/messages/mute/{mutedUserId}",
+            "POST /v1/messages/reports",
+            "GET /v1/messages/reports",
+            "POST /v1/messages/reports/{reportId}/status",
+        ),
+    ),
+    ("Moderation", ("GET /v1/moderation/offenses", "GET /v1/moderation/audit")),
+    ("Notifications", ("GET /v1/notifications/deliveries",)),
+    (
+        "Leaderboards and agent profiles",
+        (
+            "GET /v1/leaderboard/categories",
+            "POST /v1/projects/{projectAddress}/milestones/{milestoneIndex}/category-tags",
+            "GET /v1/projects/{projectAddress}/milestones/{milestoneIndex}/category-tags",
+            "GET /v1/projects/{projectAddress}/milestones/{milestoneIndex}/category-tags/revisions",
+            "GET /v1/leaderboards",
+            "GET /v1/agents/{idOrWallet}",
+        ),
+    ),
+    (
+        "Verifier jobs",
+        (
+            "POST /v1/verifier/jobs",
+            "GET /v1/verifier/jobs",
+            "GET /v1/verifier/jobs/{jobId}",
+            "GET /v1/verifier/jobs/{jobId}/evidence",
+            "GET /v1/verifier/jobs/{jobId}/evidence/raw",
+        ),
+    ),
+    ("Live event stream (Server-Sent Events; our extension)", ("GET /v1/stream",)),
+)
+
+
+def _route_key(route: Route) -> str:
+    return f"{route.method} {_openapi_path(route.path)}"
+
+
+def implementation_status(routes: list[Route]) -> str:
+    """Markdown: which spec areas this server implements, which are still to come, and the
+    operations it has beyond the spec."""
+    present = {_route_key(route) for route in routes}
+    done, partial, todo = [], [], []
+    for area, endpoints in SPEC_AREAS:
+        missing = [e for e in endpoints if e not in present]
+        if not missing:
+            done.append(f"- {area} ({len(endpoints)} operations)")
+        elif len(missing) < len(endpoints):
+            listed = ", ".join(f"`{e}`" for e in missing)
+            partial.append(
+                f"- {area}: {len(endpoints) - len(missing)} of {len(endpoints)}; to come: {listed}"
+            )
+        else:
+            listed = ", ".join(f"`{e}`" for e in endpoints)
+            todo.append(f"- {area}: {listed}")
+    in_spec = {e for _, endpoints in SPEC_AREAS for e in endpoints}
+    extra = sorted(present - in_spec, key=lambda e: (e.split(" ", 1)[1], e))
+    lines = ["**Implemented**", "", *done]
+    if partial:
+        lines += ["", "**Partly implemented**", "", *partial]
+    if todo:
+        lines += ["", "**Still to come** (not served yet: these paths answer 404)", "", *todo]
+    if extra:
+        lines += ["", "**Beyond the spec** (our extensions)", "", *(f"- `{e}`" for e in extra)]
+    return "\n".join(lines)
+
+
+def error_code_table(routes: list[Route]) -> str:
+    """Markdown table of every error code the API answers, from the route declarations."""
+    rows = ["| Status | Code | Meaning |", "|---|---|---|"]
+    for code, answered in all_errors(routes).items():
+        error = answered.error
+        if error is MarketplaceError:
+            meaning = "unexpected failure; the message carries only the request id"
+        elif code == error.code:
+            meaning = error.default_message
+        else:
+            # A code of a family (the claim conflicts): its meaning is in the operations' text.
+            meaning = "see " + ", ".join(f"`{op}`" for op in dict.fromkeys(answered.operations))
+        rows.append(f"| {answered.status} | `{code}` | {meaning} |")
+    return "\n".join(rows)

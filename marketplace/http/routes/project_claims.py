@@ -7,10 +7,14 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, RootModel, Tag
+from pydantic import ConfigDict, Discriminator, Field, RootModel, Tag
 
+from marketplace.chain.hashes import INTENT_DOMAIN, direct_config_hash, intent_config_hash
+from marketplace.chain.hashes import intent_hash as intent_hash_of
+from marketplace.chain.hashes import metadata_hash as metadata_hash_of
 from marketplace.errors import Forbidden, InvalidRequest, NotFound
 from marketplace.http import keys
+from marketplace.http.openapi import documented
 from marketplace.http.routing import AuthMode, Call, RouteTable
 from marketplace.projects.claims import (
     INTENT_VERSION,
@@ -25,6 +29,7 @@ from marketplace.projects.claims import (
 )
 from marketplace.projects.models import ProjectPath, ProjectReadModel
 from marketplace.projects.read_models import project_for_viewer
+from marketplace.records.errors import ProjectNotFound
 from marketplace.types import (
     Address,
     Bytes32,
@@ -65,7 +70,67 @@ class ProjectClaimMetadata(RequestModel):
     imageUrl: HttpsOrIpfsUri | None = Field(default=None, description=IMAGE_URL_DESCRIPTION)
 
 
+# The worked example of the hash rules, shown as the claim's request examples. docs/hashes.md
+# gives the same inputs and hashes; a test keeps the two in step.
+EXAMPLE_USER_ID = "3fa85f64-5717-4562-b3fc-2c963f66afa6"
+EXAMPLE_INTENT_CLAIM: dict[str, Any] = {
+    "mode": "intent",
+    "hashVersion": "v1_intent",
+    "intentId": "7c9e6679-7425-40de-944b-e07fc1f90ae7",
+    "intentNonce": "0xb88ebf7eb26a6d712085994d2d719fcfe77d278221c13e39cf4bc653908f861e",
+    "txHash": "0x9a1f5a4b0e3c7d2e8f6b5a4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e",
+    "metadata": {
+        "title": "Port the indexer to Rust",
+        "description": "Keep the public API; add benchmarks.",
+        "repoUrl": "https://git.example/indexer",
+        "projectMode": "standard",
+        "biddingAccess": "open",
+    },
+}
+EXAMPLE_DIRECT_CLAIM: dict[str, Any] = {
+    "mode": "direct",
+    "hashVersion": "v1_direct",
+    "txHash": "0x4e5d6c7b8a9f0e1d2c3b4a5f6e7d8c9b0a1f2e3d4c5b6a7f8e9d0c1b2a3f4e5d",
+    "metadata": {
+        "title": "Audit the escrow contract",
+        "projectMode": "challenge",
+        "biddingAccess": "invite_only",
+    },
+}
+
+
+def _metadata_args(example: dict[str, Any]) -> tuple[str, str | None, str | None, str, str]:
+    meta = example["metadata"]
+    return (
+        meta["title"],
+        meta.get("description"),
+        meta.get("repoUrl"),
+        meta["projectMode"],
+        meta["biddingAccess"],
+    )
+
+
+EXAMPLE_HASHES = {
+    "metadataHash": metadata_hash_of(*_metadata_args(EXAMPLE_INTENT_CLAIM)),
+    "intentHash": intent_hash_of(
+        uuid.UUID(EXAMPLE_USER_ID),
+        uuid.UUID(EXAMPLE_INTENT_CLAIM["intentId"]),
+        EXAMPLE_INTENT_CLAIM["intentNonce"],
+    ),
+    "configHash": intent_config_hash(
+        *_metadata_args(EXAMPLE_INTENT_CLAIM),
+        user_id=uuid.UUID(EXAMPLE_USER_ID),
+        intent_id=uuid.UUID(EXAMPLE_INTENT_CLAIM["intentId"]),
+        intent_nonce=EXAMPLE_INTENT_CLAIM["intentNonce"],
+    ),
+    "directConfigHash": direct_config_hash(*_metadata_args(EXAMPLE_DIRECT_CLAIM)),
+}
+
+
 class IntentClaimRequest(RequestModel):
+    """Intent mode: session callers, with the create intent the project was created with."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [EXAMPLE_INTENT_CLAIM]})
     mode: Literal["intent"]
     hashVersion: Literal["v1_intent"]
     intentId: uuid.UUID
@@ -75,6 +140,9 @@ class IntentClaimRequest(RequestModel):
 
 
 class DirectClaimRequest(RequestModel):
+    """Direct mode: agent-key callers."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [EXAMPLE_DIRECT_CLAIM]})
     mode: Literal["direct"]
     hashVersion: Literal["v1_direct"]
     txHash: Bytes32
@@ -153,6 +221,16 @@ class ProjectCreateIntentCancelResponse(ResponseModel):
     body=ProjectCreateIntentRequest,
     response=ProjectCreateIntentResponse,
     status=201,
+    description=(
+        "The first step of the session path: take an intent, compute the project's "
+        "`configHash` in intent mode with its `intentId` and `intentNonce` (the rules are in "
+        "the claim operation's description), create the project on chain with that hash before "
+        "`expiresAt`, then claim it with `POST /v1/projects/{projectAddress}/claim`. The body "
+        "has no fields: send `{}`, or no body at all (an empty body counts as `{}`); any field "
+        "is 400 `invalid_request`. Session only: agent keys claim in direct mode and need no "
+        "intent (403 `forbidden`). Each call issues a new intent; an unused one can be "
+        "withdrawn with `DELETE /v1/projects/create-intents/{intentId}`."
+    ),
 )
 async def post_create_intent(
     call: Call[ProjectCreateIntentRequest, None, None],
@@ -177,7 +255,7 @@ async def post_create_intent(
     guarded=True,
     path_params=IntentPath,
     response=ProjectCreateIntentCancelResponse,
-    errors=(IntentNotFound, ProjectClaimConflict),
+    errors=(IntentNotFound, documented(ProjectClaimConflict, "project_create_intent_not_pending")),
 )
 async def delete_create_intent(
     call: Call[None, None, IntentPath],
@@ -194,9 +272,99 @@ async def delete_create_intent(
     )
 
 
-async def _project_view(call: Call, address: str) -> ProjectReadModel | None:  # type: ignore[type-arg]
+async def _project_view(
+    call: Call[Any, None, ProjectPath], address: str
+) -> ProjectReadModel | None:
     viewer = call.principal.user_id if call.principal is not None else None
     return await project_for_viewer(call.pool, viewer, address)
+
+
+CLAIM_CHECKS = (
+    ("a receipt exists for `txHash`", "tx_not_found"),
+    ("the receipt's status is success", "tx_failed"),
+    (
+        "its block is still canonical and has the configured number of confirmations (the "
+        "block itself counts as one)",
+        "tx_not_finalized",
+    ),
+    (
+        "the receipt holds a `ProjectCreated` log of the configured registry for this project",
+        "project_created_event_not_found",
+    ),
+    ("the event's owner is a wallet actively linked to the caller", "owner_mismatch"),
+    (
+        "intent mode: an intent with this `intentId` and `intentNonce` exists",
+        "project_create_intent_not_found",
+    ),
+    ("... it was issued to the caller", "project_create_intent_owner_mismatch"),
+    ("... it is not already bound to a different project", "project_create_intent_already_used"),
+    (
+        "... it is pending (or bound to this same project, for a repeated claim), not withdrawn",
+        "project_create_intent_not_pending",
+    ),
+    (
+        "the creation block is not older than the intent (minus the clock-skew allowance)",
+        "intent_not_claimable",
+    ),
+    (
+        "the creation block is not newer than the intent's expiry (plus the allowance)",
+        "intent_expired_pre_create",
+    ),
+    ("`configHash` recomputed from this body equals the event's", "config_hash_mismatch"),
+    (
+        "intent mode: no other indexed project was created on chain with the same `configHash`",
+        "intent_already_used",
+    ),
+    ("`projectMode` and `biddingAccess` agree with the indexed project", "conflict"),
+    (
+        "the project has no claim yet, or the same one (same user, transaction and hash; "
+        "then 200 `already_claimed`)",
+        "conflict",
+    ),
+)
+CLAIM_DESCRIPTION = (
+    f"""
+Binds the off-chain metadata to the project's creation on chain. Call it once the creation
+transaction is mined and final; repeating the same claim is safe (200 `already_claimed`).
+
+**Mode.** Session callers claim in intent mode: `mode: "intent"`, `hashVersion: "v1_intent"`, and
+the `intentId` and `intentNonce` of a create intent (`POST /v1/projects/create-intents`) taken
+*before* the project was created with it. Agent-key callers claim in direct mode: `mode:
+"direct"`, `hashVersion: "v1_direct"`. The other mode is 400 `invalid_request`.
+
+**Hash rules.** The project must be created on chain with the `configHash` computed from this
+body; the server recomputes it and compares. `H` is keccak256 and `abi.encode` is Solidity's
+standard ABI encoding of the listed types, in this order:
+
+- `metadataHash = H(abi.encode(string title, string description, string repoUrl, string
+  projectMode, string biddingAccess))`; an absent `description` or `repoUrl` is encoded as the
+  empty string `""`. `imageUrl` is in no preimage.
+- direct mode: `configHash = metadataHash`.
+- intent mode: `intentHash = H(abi.encode(string "{INTENT_DOMAIN}", string userId, string
+  intentId, bytes32 intentNonce))`, where `userId` is the session token's `sub` and both uuids are
+  written as lower-case hyphenated text (`3fa85f64-5717-4562-b3fc-2c963f66afa6`); then `configHash
+  = H(abi.encode(bytes32 metadataHash, bytes32 intentHash))`.
+
+**Worked example** (the two request examples below): for `userId` `{EXAMPLE_USER_ID}`, the
+intent-mode example has `metadataHash` `{EXAMPLE_HASHES["metadataHash"]}`, `intentHash`
+`{EXAMPLE_HASHES["intentHash"]}` and `configHash` `{EXAMPLE_HASHES["configHash"]}`; the direct-mode
+example (no description, no repoUrl) has `configHash` `{EXAMPLE_HASHES["directConfigHash"]}`.
+
+**Checks, in order.** Each failure is 409 with this `error`:
+
+| # | Check | `error` |
+|---|---|---|
+"""
+    + "\n".join(
+        f"| {number} | {check} | `{code}` |" for number, (check, code) in enumerate(CLAIM_CHECKS, 1)
+    )
+    + """
+
+**Answer.** `status` is `claimed`, or `already_claimed` when this same claim was made before.
+`metadataStatus` is `queued` until the indexer has seen the project (its title and description
+show once it has), then `updated`, and the `project` read model is included.
+"""
+)
 
 
 @routes.post(
@@ -210,14 +378,7 @@ async def _project_view(call: Call, address: str) -> ProjectReadModel | None:  #
     response=ProjectClaimResponse,
     errors=(ProjectClaimConflict,),
     exclude_none=True,
-    description=(
-        "Session callers claim in intent mode, agent-key callers in direct mode. The server "
-        "finds the transaction receipt, requires it successful and final, finds the registry's "
-        "ProjectCreated event for this project, requires its owner to be a wallet actively "
-        "linked to the caller, recomputes configHash (docs/claims.md) and compares. Conflicts "
-        "are 409 with one of the section 7 claim codes as `error`. Metadata is `queued` until "
-        "the project is indexed."
-    ),
+    description=CLAIM_DESCRIPTION,
 )
 async def post_claim(call: Call[ProjectClaimRequest, None, ProjectPath]) -> ProjectClaimResponse:
     principal = call.require_principal()
@@ -252,11 +413,17 @@ async def post_claim(call: Call[ProjectClaimRequest, None, ProjectPath]) -> Proj
     path_params=ProjectPath,
     body=MetadataPatchRequest,
     response=ProjectReadModel,
-    errors=(NotFound, Forbidden, ProjectNotClaimed, MetadataLocked),
+    errors=(ProjectNotFound, Forbidden, ProjectNotClaimed, MetadataLocked),
     exclude_none=True,
     description=(
-        "Needs an active link to the current owner wallet; only after the claim; 404 while the "
-        "project is not indexed; only while the project is in draft (409 `metadata_locked`)."
+        "PATCH semantics: `title` is required; `description` and `imageUrl` left out keep "
+        "their stored value and `null` clears them. The caller needs an active wallet link to "
+        "the project's current owner wallet (403 `forbidden`). 404 `project_not_found` while "
+        "the project is not indexed yet, and for an invite-only project hidden from the "
+        "caller (the same answer, so hidden projects are not revealed); 409 "
+        "`project_not_claimed` before the claim; 409 `metadata_locked` once the project has "
+        "left `draft` (bidders have priced what the title and description said). Answers the "
+        "updated project read model."
     ),
 )
 async def patch_project_metadata(

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import gzip
+import hashlib
 import ipaddress
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
 from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any, Literal
 
 import asyncpg
@@ -15,14 +20,15 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import Field
 from redis.exceptions import RedisError
+from swagger_ui_bundle import swagger_ui_path
 
 from marketplace import __version__
 from marketplace.config.settings import parse_networks
-from marketplace.errors import Forbidden, MarketplaceError, ServiceUnavailable
+from marketplace.errors import Forbidden, MarketplaceError, NotFound, ServiceUnavailable
 from marketplace.http import keys
-from marketplace.http.openapi import build_openapi
+from marketplace.http.openapi import build_openapi, error_code_table, implementation_status
 from marketplace.http.routes.indexer_status import chain_configured, current_freshness
-from marketplace.http.routing import AuthMode, Call, RouteTable
+from marketplace.http.routing import AuthMode, Call, Route, RouteTable
 from marketplace.indexer.health import StaleReason
 from marketplace.metrics import DB_POOL_IDLE, DB_POOL_MAX, DB_POOL_SIZE
 from marketplace.storage.pool import Pool, ServerState, probe_server
@@ -33,10 +39,6 @@ log = logging.getLogger(__name__)
 routes = RouteTable(tag="system")
 
 API_TITLE = "Project Marketplace API"
-API_DESCRIPTION = (
-    "HTTP/JSON API of the project marketplace: project read models indexed from the chain, "
-    "creation claims, off-chain records, identity and legal assent."
-)
 _OPENAPI_DOCUMENT: web.AppKey[dict[str, Any]] = web.AppKey("openapi_document", dict)
 _METRICS_ALLOW: web.AppKey[list[Any]] = web.AppKey("metrics_allow", list)
 
@@ -191,6 +193,10 @@ class OpenApiDocument(ResponseModel):
     auth=AuthMode.NONE,
     response=HealthStatus,
     rate_limited=False,
+    description=(
+        'Liveness of this frontend process: 200 `{"status": "ok"}` as long as it serves '
+        "requests; it touches no dependency (use `/v1/health/ready` for those)."
+    ),
 )
 async def get_health(call: Call[None, None, None]) -> HealthStatus:
     return HealthStatus(status="ok")
@@ -208,9 +214,11 @@ async def get_health(call: Call[None, None, None]) -> HealthStatus:
 )
 async def get_readiness(call: Call[None, None, None]) -> ReadinessStatus:
     """Asks Postgres whether it accepts connections and round-trips it, Redis and every project
-    shard actor, and reads the chain indexer's freshness; the outcome is reused for
-    `MARKETPLACE_READINESS_CACHE_MS`. 503 names the dependencies that did not answer, in
-    `checks`; a stale indexer makes the status `degraded` (still 200)."""
+    shard actor (a Ray call each), and reads the chain indexer's freshness; the outcome is reused
+    for `MARKETPLACE_READINESS_CACHE_MS`. 503 `service_unavailable` with `Retry-After`, naming
+    in `checks` the dependencies that did not answer within the actor call timeout (take the
+    frontend out of a load balancer then); a stale indexer makes the status `degraded`, still
+    200."""
     return await call.app[READINESS].get(call.app)
 
 
@@ -221,6 +229,10 @@ async def get_readiness(call: Call[None, None, None]) -> ReadinessStatus:
     auth=AuthMode.NONE,
     response=RootInfo,
     rate_limited=False,
+    description=(
+        "Name and version of the service, how to authenticate, and where the OpenAPI "
+        "document and this reference live."
+    ),
 )
 async def get_root(call: Call[None, None, None]) -> RootInfo:
     return RootInfo(
@@ -234,18 +246,30 @@ async def get_root(call: Call[None, None, None]) -> RootInfo:
     )
 
 
+def api_description(routes: list[Route]) -> str:
+    """The document's introduction (`info.description`), its lists made from ``routes``."""
+    text = resources.files("marketplace.http").joinpath("static/api-description.md").read_text()
+    return (
+        text.replace("<!-- error-codes -->", error_code_table(routes))
+        .replace("<!-- implementation-status -->", implementation_status(routes))
+        .strip()
+    )
+
+
 def setup(app: web.Application) -> None:
     app[READINESS] = Readiness()
     app[_METRICS_ALLOW] = parse_networks(app[keys.SETTINGS].metrics_allow)
+    # The UI's static assets: served by path, outside the route table (not API operations).
+    app.router.add_get(DOCS_STATIC_PREFIX + "/{bundle}/{name}", get_docs_asset, name="getDocsAsset")
 
-    async def build_document(app: web.Application) -> None:
-        from marketplace.http.app import ROUTES
 
-        app[_OPENAPI_DOCUMENT] = build_openapi(
-            app[ROUTES], title=API_TITLE, description=API_DESCRIPTION
-        )
-
-    app.on_startup.append(build_document)
+async def openapi_document(app: web.Application) -> AsyncIterator[None]:
+    """Built once at start-up, from the routes the app really registered."""
+    routes = app[keys.ROUTES]
+    app[_OPENAPI_DOCUMENT] = build_openapi(
+        routes, title=API_TITLE, description=api_description(routes)
+    )
+    yield
 
 
 @routes.get(
@@ -255,25 +279,130 @@ def setup(app: web.Application) -> None:
     auth=AuthMode.NONE,
     response=OpenApiDocument,
     rate_limited=False,
+    description=(
+        "This document (OpenAPI 3.1), generated at start from the route declarations the "
+        "server runs, so it lists exactly the operations served, with their rules, request and "
+        "response schemas and error codes."
+    ),
 )
 async def get_openapi(call: Call[None, None, None]) -> web.StreamResponse:
     return web.json_response(call.app[_OPENAPI_DOCUMENT])
 
 
-DOCS_PAGE = resources.files("marketplace.http").joinpath("static/docs.html").read_text()
+# --- the docs page: Swagger UI from the swagger-ui-bundle-v2 wheel, served from memory ---------
+# Asset URLs carry a version segment (the bundled Swagger UI's directory name, and a digest of
+# our own files), so they can be cached for a year: an upgrade changes the URL, not the content
+# behind it. The page itself is revalidated every time.
+
+DOCS_STATIC_PREFIX = "/v1/docs/static"
+_STATIC = resources.files("marketplace.http") / "static"
+_OWN_FILES = ("docs.js", "docs.css")
+_SWAGGER_FILES = (
+    "swagger-ui-bundle.js",
+    "swagger-ui-bundle.js.map",
+    "swagger-ui.css",
+    "swagger-ui.css.map",
+    "favicon-16x16.png",
+    "favicon-32x32.png",
+)
+SWAGGER_UI_BUNDLE = swagger_ui_path.name  # e.g. "swagger-ui-5.31.0"
+OWN_BUNDLE = (
+    "marketplace-"
+    + hashlib.sha256(b"".join((_STATIC / name).read_bytes() for name in _OWN_FILES)).hexdigest()[
+        :16
+    ]
+)
+_BUNDLES: dict[str, tuple[Traversable, tuple[str, ...]]] = {
+    SWAGGER_UI_BUNDLE: (swagger_ui_path, _SWAGGER_FILES),
+    OWN_BUNDLE: (_STATIC, _OWN_FILES),
+}
+_CONTENT_TYPES = {
+    ".js": "text/javascript",
+    ".css": "text/css",
+    ".map": "application/json",
+    ".png": "image/png",
+}
+ASSET_CACHE_CONTROL = "public, max-age=31536000, immutable"
+DOCS_PAGE_CACHE_CONTROL = "no-cache"
+# Everything the page needs comes from this origin; the policy makes a stray third-party fetch
+# (a CDN font, the hosted validator) fail loudly instead of leaking the reader's visit.
+DOCS_PAGE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; font-src 'self'; base-uri 'none'; "
+    "form-action 'none'; frame-ancestors 'none'"
+)
+DOCS_PAGE = (
+    (_STATIC / "docs.html")
+    .read_text()
+    .replace("@SWAGGER@", f"{DOCS_STATIC_PREFIX}/{SWAGGER_UI_BUNDLE}")
+    .replace("@OWN@", f"{DOCS_STATIC_PREFIX}/{OWN_BUNDLE}")
+)
+
+
+@dataclass(frozen=True)
+class _Asset:
+    body: bytes
+    gzipped: bytes | None
+    content_type: str
+
+
+@functools.cache
+def _asset(bundle: str, name: str) -> _Asset | None:
+    directory, names = _BUNDLES.get(bundle, (None, ()))
+    if directory is None or name not in names:
+        return None
+    body = (directory / name).read_bytes()
+    suffix = name[name.rfind(".") :]
+    content_type = _CONTENT_TYPES[suffix]
+    gzipped = gzip.compress(body, mtime=0) if suffix != ".png" else None
+    return _Asset(body, gzipped, content_type)
+
+
+async def get_docs_asset(request: web.Request) -> web.StreamResponse:
+    """A static asset of the docs page (not an API operation, so not in the document)."""
+    bundle, name = request.match_info["bundle"], request.match_info["name"]
+    # The first request of each asset reads and compresses it off the event loop.
+    asset = await asyncio.to_thread(_asset, bundle, name)
+    if asset is None:
+        raise NotFound("no such docs asset")
+    headers = {
+        "Cache-Control": ASSET_CACHE_CONTROL,
+        "Vary": "Accept-Encoding",
+        "X-Content-Type-Options": "nosniff",
+    }
+    body = asset.body
+    if asset.gzipped is not None and "gzip" in request.headers.get("Accept-Encoding", ""):
+        body, headers["Content-Encoding"] = asset.gzipped, "gzip"
+    response = web.Response(body=body, headers=headers, content_type=asset.content_type)
+    if asset.content_type.startswith("text/"):
+        response.charset = "utf-8"
+    return response
 
 
 @routes.get(
     "/v1/docs",
     name="getDocs",
-    summary="Human-readable API documentation (HTML)",
+    summary="Human-readable API reference (HTML)",
     auth=AuthMode.NONE,
     response=None,
     rate_limited=False,
     response_content_type="text/html",
+    description=(
+        "Swagger UI over `/v1/openapi.json`, served from this server (no third-party "
+        "requests). Its assets live under `/v1/docs/static/<version>/` and are cached for a "
+        "year; the page itself is revalidated on every visit."
+    ),
 )
 async def get_docs(call: Call[None, None, None]) -> web.StreamResponse:
-    return web.Response(text=DOCS_PAGE, content_type="text/html")
+    return web.Response(
+        text=DOCS_PAGE,
+        content_type="text/html",
+        headers={
+            "Cache-Control": DOCS_PAGE_CACHE_CONTROL,
+            "Content-Security-Policy": DOCS_PAGE_CSP,
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
 
 
 @routes.get(
@@ -285,10 +414,15 @@ async def get_docs(call: Call[None, None, None]) -> web.StreamResponse:
     rate_limited=False,
     response_content_type="text/plain",
     errors=(Forbidden,),
+    description=(
+        "Prometheus text format: requests, latency and in-flight requests by route template, "
+        "database pool use, actor call latency and the indexer's figures. Meant for the "
+        "scraper on the internal network; it is outside `/v1/`. Served only to the networks "
+        "in `MARKETPLACE_METRICS_ALLOW` (everyone when it is empty), by peer address; 403 "
+        "`forbidden` for others."
+    ),
 )
 async def get_metrics(call: Call[None, None, None]) -> web.StreamResponse:
-    """Open to the networks in `MARKETPLACE_METRICS_ALLOW` (everyone when it is empty), by
-    peer address; 403 for others."""
     allowed = call.app[_METRICS_ALLOW]
     if allowed and not _peer_in(call.request.remote, allowed):
         raise Forbidden("metrics are not served to this address")
