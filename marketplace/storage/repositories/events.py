@@ -57,6 +57,7 @@ SELECT {COLUMNS} FROM events
 WHERE id > (SELECT coalesce(max(last_relayed_id), 0) FROM event_relay_cursor)
 ORDER BY id LIMIT $1
 """
+SELECT_LAST_ID = "SELECT coalesce(max(id), 0) FROM events"
 SELECT_RELAY_CURSOR = "SELECT coalesce(max(last_relayed_id), 0) FROM event_relay_cursor"
 ADVANCE_RELAY_CURSOR = """
 INSERT INTO event_relay_cursor AS c (singleton, last_relayed_id) VALUES (true, $1)
@@ -136,6 +137,11 @@ async def read_after(
 async def unrelayed(conn: asyncpg.Connection, limit: int) -> list[StoredEvent]:
     """The next committed events after the relay cursor, in id order."""
     return _stored(await conn.fetch(SELECT_UNRELAYED, limit))
+
+
+async def last_id(conn: Conn) -> int:
+    """The newest committed event id (0: none). Every smaller id is committed or abandoned."""
+    return int(await conn.fetchval(SELECT_LAST_ID))
 
 
 async def relay_cursor(conn: Conn) -> int:
