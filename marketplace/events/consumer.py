@@ -21,7 +21,8 @@ older than the Postgres retention (``MARKETPLACE_EVENTS_RETENTION_HOURS``) are g
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Collection, Mapping
+from typing import Any, cast
 
 import asyncpg
 import redis.asyncio as aioredis
@@ -31,6 +32,8 @@ from marketplace.storage.repositories import events as repo
 
 DEFAULT_STREAM = "marketplace:events"
 PAGE = 500
+# (entry id, fields) as redis-py returns them: bytes or str, depending on the client.
+StreamEntries = list[tuple[bytes | str, dict[Any, Any]]]
 
 
 def _text(value: bytes | str) -> str:
@@ -94,7 +97,7 @@ class EventStream:
 
     async def subscribe(
         self, types: Collection[str] | None = None, after_id: int = 0
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """Every committed event with ``id > after_id`` (of ``types`` if given), in id order,
         then new ones as they are relayed; runs until the caller stops iterating."""
         wanted = frozenset(types) if types is not None else None
@@ -109,8 +112,11 @@ class EventStream:
                 yield event
             last = max(last, bound - 1)
         while True:
-            reply = await self.redis.xread(
-                {self.stream: f"{last}-0"}, count=self.page, block=self.block_ms
+            reply = cast(
+                list[tuple[Any, StreamEntries]] | None,
+                await self.redis.xread(
+                    {self.stream: f"{last}-0"}, count=self.page, block=self.block_ms
+                ),
             )
             for _, entries in reply or ():
                 for entry_id, raw in entries:
@@ -126,7 +132,7 @@ class EventStream:
                         yield event_from_entry(event_id, fields)
 
     async def _first_stream_id(self) -> int | None:
-        head = await self.redis.xrange(self.stream, "-", "+", count=1)
+        head = cast(StreamEntries, await self.redis.xrange(self.stream, "-", "+", count=1))
         return _entry_id(head[0][0]) if head else None
 
     async def _from_postgres(

@@ -39,6 +39,7 @@ from marketplace.indexer.changes import (
     snapshot_events,
 )
 from marketplace.indexer.snapshot import MilestoneRow, ProjectCreation, ProjectRow, project_rows
+from marketplace.storage.pool import Connection
 from marketplace.storage.repositories import events as events_repo
 from marketplace.storage.repositories import indexer as repo
 
@@ -231,7 +232,7 @@ class IndexerEngine:
 
     async def _write_snapshots(
         self,
-        conn: asyncpg.Connection,
+        conn: Connection,
         snapshots: list[Snapshot],
         *,
         block: int,
@@ -262,7 +263,7 @@ class IndexerEngine:
         # The JSON-RPC chunks go out concurrently (a few connections): the node executes the
         # calls while this process parses the previous answers. Still all-or-nothing.
         chunks = [calls[i : i + SNAPSHOT_CHUNK] for i in range(0, len(calls), SNAPSHOT_CHUNK)]
-        results = []
+        results: list[Any] = []
         for wave in range(0, len(chunks), SNAPSHOT_CONCURRENCY):
             answers = await asyncio.gather(
                 *(self.rpc.batch(c) for c in chunks[wave : wave + SNAPSHOT_CONCURRENCY])

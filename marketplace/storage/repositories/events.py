@@ -17,12 +17,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import asyncpg
 
 from marketplace.events.types import NewEvent
-
-Conn = asyncpg.Connection | asyncpg.Pool
+from marketplace.storage.pool import Conn, Connection
 
 # Arbitrary but fixed keys (same key space as the migration lock, different values).
 EVENTS_LOCK_KEY = 0x6D6B745F65766E74  # "mkt_evnt": id order = commit order
@@ -86,7 +86,7 @@ class StoredEvent:
     created_at: datetime
 
     @property
-    def payload(self) -> dict[str, object]:
+    def payload(self) -> dict[str, Any]:
         value = json.loads(self.payload_json)
         assert isinstance(value, dict)
         return value
@@ -98,7 +98,7 @@ def _stored(rows: Sequence[asyncpg.Record]) -> list[StoredEvent]:
     ]
 
 
-async def append(conn: asyncpg.Connection, events: Sequence[NewEvent]) -> list[int]:
+async def append(conn: Connection, events: Sequence[NewEvent]) -> list[int]:
     """Write ``events`` in the caller's transaction, as its LAST statement; returns their ids.
 
     The transaction is then serialised with every other producer until it commits (see the
@@ -134,7 +134,7 @@ async def read_after(
     return _stored(rows)
 
 
-async def unrelayed(conn: asyncpg.Connection, limit: int) -> list[StoredEvent]:
+async def unrelayed(conn: Connection, limit: int) -> list[StoredEvent]:
     """The next committed events after the relay cursor, in id order."""
     return _stored(await conn.fetch(SELECT_UNRELAYED, limit))
 
@@ -148,12 +148,12 @@ async def relay_cursor(conn: Conn) -> int:
     return int(await conn.fetchval(SELECT_RELAY_CURSOR))
 
 
-async def advance_relay_cursor(conn: asyncpg.Connection, last_relayed_id: int) -> None:
+async def advance_relay_cursor(conn: Connection, last_relayed_id: int) -> None:
     """Move the cursor forward (never back: a stale relay cannot undo a newer one's work)."""
     await conn.execute(ADVANCE_RELAY_CURSOR, last_relayed_id)
 
 
-async def try_relay_lock(conn: asyncpg.Connection) -> bool:
+async def try_relay_lock(conn: Connection) -> bool:
     """Session-level: held until ``conn`` closes. Never call it on a pooled connection."""
     return bool(await conn.fetchval(TRY_RELAY_LOCK, RELAY_LOCK_KEY))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -164,7 +164,7 @@ async def set_head(conn: Conn, chain_id: int, head: int) -> None:
 
 
 async def record_block(
-    conn: Conn, chain_id: int, number: int, block_hash: str, touched: Sequence[str]
+    conn: Conn, chain_id: int, number: int, block_hash: str, touched: Iterable[str]
 ) -> None:
     await conn.execute(RECORD_BLOCK, chain_id, number, block_hash, sorted(touched))
 
@@ -193,7 +193,7 @@ async def delete_projects_created_after(conn: Conn, chain_id: int, block: int) -
 
 async def current_state(
     conn: Conn, addresses: Sequence[str]
-) -> tuple[dict[str, asyncpg.Record], dict[tuple[str, int], asyncpg.Record]]:
+) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, int], dict[str, Any]]]:
     """The stored project rows and milestone rows of ``addresses`` (absent ones left out)."""
     addresses = list(addresses)
     if not addresses:
@@ -201,8 +201,8 @@ async def current_state(
     projects = await conn.fetch(CURRENT_PROJECTS, addresses)
     milestones = await conn.fetch(CURRENT_MILESTONES, addresses)
     return (
-        {row["project_address"]: row for row in projects},
-        {(row["project_address"], row["milestone_index"]): row for row in milestones},
+        {row["project_address"]: dict(row) for row in projects},
+        {(row["project_address"], row["milestone_index"]): dict(row) for row in milestones},
     )
 
 

@@ -12,7 +12,7 @@ import dataclasses
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 import pytest
@@ -110,9 +110,15 @@ async def committed_ids(pool: asyncpg.Pool) -> list[int]:
     return [row["id"] for row in await pool.fetch("SELECT id FROM events ORDER BY id")]
 
 
+async def stream_entries(
+    redis: aioredis.Redis, first: str = "-", last: str = "+"
+) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    """Entries of the stream (the fixture's client answers in bytes)."""
+    return cast(list[tuple[bytes, dict[bytes, bytes]]], await redis.xrange(STREAM, first, last))
+
+
 async def stream_ids(redis: aioredis.Redis) -> list[int]:
-    entries = await redis.xrange(STREAM, "-", "+")
-    return [int(entry_id.split(b"-")[0]) for entry_id, _ in entries]
+    return [int(entry_id.split(b"-")[0]) for entry_id, _ in await stream_entries(redis)]
 
 
 async def wait_until(

@@ -4,23 +4,21 @@ challenge submissions."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
-from web3 import Web3
 
 from marketplace.chain.anvil import AnvilProcess
-from marketplace.chain.deploy import Deployment, deploy_dev_defaults
+from marketplace.chain.deploy import Deployment
 from marketplace.chain.rpc import JsonRpcClient
-from marketplace.indexer.engine import IndexerConfig, IndexerEngine
+from marketplace.indexer.engine import IndexerEngine
+from marketplace.storage.pool import fetch_one
 from marketplace.storage.repositories import events as repo
 from tests.conftest import Servers, new_user
 from tests.contracts.helpers import USDC, Chain, h
-from tests.integration.claims.conftest import accept_all_legal, chain_settings, link_dev_wallet
+from tests.integration.claims.conftest import accept_all_legal, link_dev_wallet
 from tests.integration.claims.test_claims import (
     claim,
     create_on_chain,
@@ -28,44 +26,35 @@ from tests.integration.claims.test_claims import (
     intent_hash_for,
     take_intent,
 )
-from tests.integration.records.conftest import link_dev_account, sync
+from tests.integration.records.conftest import link_dev_account
+from tests.support.chain import (
+    chain_settings,
+    indexer_config,
+    reverting_chain,
+    start_devnet,
+    sync,
+)
 
 
 @pytest.fixture(scope="module")
 def devnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AnvilProcess, Deployment]]:
-    data_dir: Path = tmp_path_factory.mktemp("events-anvil")
-    with AnvilProcess(data_dir) as process:
-        w3 = Web3(Web3.HTTPProvider(process.rpc_url, request_kwargs={"timeout": 30}))
-        yield process, deploy_dev_defaults(w3, fee_rate_bps=250)
+    with start_devnet(tmp_path_factory.mktemp("events-anvil"), fee_rate_bps=250) as started:
+        yield started
 
 
 @pytest.fixture
 def chain(devnet: tuple[AnvilProcess, Deployment]) -> Iterator[Chain]:
-    process, deployment = devnet
-    driver = Chain(Web3(Web3.HTTPProvider(process.rpc_url)), deployment)
-    snapshot = driver.rpc("evm_snapshot")
-    # Block times near the server's clock, which the claim's intent checks compare them with.
-    driver.rpc("evm_setNextBlockTimestamp", max(driver.now() + 1, int(time.time())))
-    driver.rpc("evm_mine")
-    try:
+    # The claim's intent checks compare block times with the server's clock.
+    with reverting_chain(devnet[0].rpc_url, devnet[1], align_clock=True) as driver:
         yield driver
-    finally:
-        driver.rpc("evm_revert", snapshot)
 
 
 @pytest.fixture
 async def engine(
     devnet: tuple[AnvilProcess, Deployment], pool: asyncpg.Pool, chain: Chain
 ) -> AsyncIterator[IndexerEngine]:
-    process, deployment = devnet
-    config = IndexerConfig(
-        chain_id=deployment.chain_id,
-        rpc_url=process.rpc_url,
-        registry_address=deployment.registry,
-        start_block=deployment.start_block,
-    )
-    rpc = JsonRpcClient(process.rpc_url)
-    yield IndexerEngine(config, pool, rpc)
+    rpc = JsonRpcClient(devnet[0].rpc_url)
+    yield IndexerEngine(indexer_config(*devnet), pool, rpc)
     await rpc.close()
 
 
@@ -80,7 +69,7 @@ async def client(
 ) -> Any:
     from marketplace.http.app import create_app
 
-    settings = chain_settings(servers, devnet, module_namespace, events_relay_enabled=False)
+    settings = chain_settings(servers, *devnet, module_namespace, events_relay_enabled=False)
     return await aiohttp_client(create_app(settings))
 
 
@@ -101,7 +90,8 @@ async def test_indexer_batches_record_what_changed_and_nothing_for_a_replay(
     await sync(engine)
     (created,) = await events_after(pool)
     assert (created.type, created.subject) == ("project.created", address)
-    row = await pool.fetchrow(
+    row = await fetch_one(
+        pool,
         "SELECT created_block, created_log_index FROM projects WHERE project_address = $1",
         address,
     )

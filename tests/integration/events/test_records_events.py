@@ -3,6 +3,7 @@ repeated write, and the app's own relay delivers them to a subscriber."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -35,17 +36,27 @@ async def client(
     return await aiohttp_client(create_app(settings))
 
 
+@pytest.fixture
+async def db(servers: Servers, pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(servers.database_url)
+    yield conn
+    await conn.close()
+
+
 async def events_of(pool: asyncpg.Pool) -> list[repo.StoredEvent]:
     return await repo.read_after(pool, 0, 100)
 
 
 async def test_bid_drafts_record_created_then_updated_and_nothing_for_a_repeat(
-    client: Any, pool: asyncpg.Pool, redis: aioredis.Redis, stream: EventStream
+    client: Any,
+    pool: asyncpg.Pool,
+    db: asyncpg.Connection,
+    redis: aioredis.Redis,
+    stream: EventStream,
 ) -> None:
     owner = await linked_party(client)
     bidder = await linked_party(client)
-    async with pool.acquire() as conn:
-        project = await seed_project(conn, owner_address=owner.lower)
+    project = await seed_project(db, owner_address=owner.lower)
     url = f"/v1/projects/{project}/bid-drafts"
     body = {"bidderWalletAddress": bidder.address, "draftHash": HASH_A, "notes": "v1"}
 
@@ -84,12 +95,11 @@ async def test_bid_drafts_record_created_then_updated_and_nothing_for_a_repeat(
 
 
 async def test_dispute_evidence_records_one_event_per_accepted_submission(
-    client: Any, pool: asyncpg.Pool
+    client: Any, pool: asyncpg.Pool, db: asyncpg.Connection
 ) -> None:
     owner = await linked_party(client)
     worker = await linked_party(client)
-    async with pool.acquire() as conn:
-        project = await seed_dispute(conn, owner.lower, worker.lower, milestone=1)
+    project = await seed_dispute(db, owner.lower, worker.lower, milestone=1)
     url = f"/v1/projects/{project}/dispute-evidence"
     body = {"evidenceHash": HASH_A}
 

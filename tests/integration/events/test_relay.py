@@ -18,11 +18,11 @@ from marketplace.events.relay import EventRelay
 from marketplace.storage.repositories import events as repo
 from tests.conftest import Servers
 from tests.integration.events.conftest import (
-    STREAM,
     RelayStarter,
     collect,
     committed_ids,
     produce,
+    stream_entries,
     stream_ids,
     wait_relayed,
     wait_until,
@@ -50,7 +50,7 @@ async def test_committed_events_reach_the_stream_in_id_order_under_their_ids(
     assert running.relay.relayed == 250
     assert running.relay.active
     (stored,) = await repo.read_after(pool, ids[6], 1)
-    ((entry_id, fields),) = await redis.xrange(STREAM, f"{ids[7]}-0", f"{ids[7]}-0")
+    ((entry_id, fields),) = await stream_entries(redis, f"{ids[7]}-0", f"{ids[7]}-0")
     assert entry_id == f"{stored.id}-0".encode()
     assert fields[b"type"] == b"project.removed"
     assert fields[b"subject"].decode() == stored.subject

@@ -18,6 +18,7 @@ from marketplace.events.types import (
     parse_event,
 )
 from marketplace.indexer.changes import (
+    Snapshot,
     api_name,
     registry_reset_events,
     reorg_events,
@@ -133,7 +134,7 @@ def test_an_identical_snapshot_is_no_event() -> None:
 
 
 def test_a_snapshot_the_upsert_did_not_write_is_no_event() -> None:
-    snapshot = (project(status="bidding"), [], CREATION)
+    snapshot: Snapshot = (project(status="bidding"), [], CREATION)
     before = {ADDRESS: stored(project())}
     assert snapshot_events(before, {}, [snapshot], set(), block=131) == []
     assert snapshot_events({}, {}, [snapshot], set(), block=131) == []
@@ -225,3 +226,12 @@ def test_unknown_types_and_added_fields_still_parse() -> None:
     )
     assert isinstance(newer, ProjectRemoved)
     assert newer.payload.model_extra == {"addedLater": True}
+
+
+def test_every_event_type_is_declared_by_exactly_one_capability() -> None:
+    from marketplace.capabilities import CAPABILITIES
+    from marketplace.events.types import EVENT_MODELS, EventType
+
+    declared = [t for capability in CAPABILITIES for t in capability.produces]
+    assert sorted(declared) == sorted(EventType)
+    assert set(EVENT_MODELS) == set(EventType)
