@@ -121,6 +121,22 @@ async def stream_ids(redis: aioredis.Redis) -> list[int]:
     return [int(entry_id.split(b"-")[0]) for entry_id, _ in await stream_entries(redis)]
 
 
+async def warm_shards(client: Any, within: float = 90.0) -> None:
+    """Wait until the app's shard actors answer: on a loaded machine a new actor process can take
+    longer to start than one request's actor-call timeout."""
+    from marketplace.errors import ServiceUnavailable
+    from marketplace.http import keys
+
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            await client.app[keys.PROJECT_SHARDS].ping_all()
+            return
+        except ServiceUnavailable:
+            if time.monotonic() > deadline:
+                raise
+
+
 async def wait_until(
     condition: Callable[[], Awaitable[bool]], within: float = 10.0, what: str = "condition"
 ) -> None:

@@ -26,6 +26,7 @@ from tests.integration.claims.test_claims import (
     intent_hash_for,
     take_intent,
 )
+from tests.integration.events.conftest import warm_shards
 from tests.integration.records.conftest import link_dev_account
 from tests.support.chain import (
     chain_settings,
@@ -70,7 +71,9 @@ async def client(
     from marketplace.http.app import create_app
 
     settings = chain_settings(servers, *devnet, module_namespace, events_relay_enabled=False)
-    return await aiohttp_client(create_app(settings))
+    client = await aiohttp_client(create_app(settings))
+    await warm_shards(client)
+    return client
 
 
 async def events_after(pool: asyncpg.Pool, after_id: int = 0) -> list[repo.StoredEvent]:

@@ -22,7 +22,7 @@ from tests.api.records.conftest import (
     seed_project,
 )
 from tests.conftest import Servers, make_settings
-from tests.integration.events.conftest import collect, stream_ids
+from tests.integration.events.conftest import collect, stream_ids, warm_shards
 
 
 @pytest.fixture
@@ -33,7 +33,9 @@ async def client(
 
     # The app's own relay runs (with a short poll): it is part of what is tested here.
     settings = make_settings(servers, events_relay_poll_interval_ms=50)
-    return await aiohttp_client(create_app(settings))
+    client = await aiohttp_client(create_app(settings))
+    await warm_shards(client)
+    return client
 
 
 @pytest.fixture
