@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from marketplace.capabilities import CAPABILITIES
 from marketplace.events.types import (
+    EVENT_MODELS,
     ChainReorg,
+    EventType,
     ProjectChanged,
     ProjectCreated,
     ProjectRemoved,
@@ -229,9 +234,12 @@ def test_unknown_types_and_added_fields_still_parse() -> None:
 
 
 def test_every_event_type_is_declared_by_exactly_one_capability() -> None:
-    from marketplace.capabilities import CAPABILITIES
-    from marketplace.events.types import EVENT_MODELS, EventType
-
     declared = [t for capability in CAPABILITIES for t in capability.produces]
     assert sorted(declared) == sorted(EventType)
     assert set(EVENT_MODELS) == set(EventType)
+
+
+def test_docs_list_every_event_type() -> None:
+    text = (Path(__file__).resolve().parents[3] / "docs" / "events.md").read_text()
+    documented = re.findall(r"^\| `([a-z_.]+)` \|", text, re.M)
+    assert sorted(documented) == sorted(EventType)
