@@ -91,24 +91,26 @@ class EventRelay:
         self.active = False
         self.relayed = 0  # entries this relay added to the stream
         self.already_relayed = 0  # entries Redis refused as already there
-        self._conn: asyncpg.Connection | None = None
+        self.activations = 0  # times this relay became the active one
 
     async def run(self) -> None:
         """Relay until cancelled; failures are logged and retried with backoff."""
         backoff = self.config.poll_interval
         while True:
+            activations = self.activations
             try:
                 await self._session()
             except asyncio.CancelledError:
                 raise
             except Exception:
+                if self.activations != activations:  # it ran as the active relay meanwhile
+                    backoff = self.config.poll_interval
                 log.warning("event relay failed; retrying in %.1fs", backoff, exc_info=True)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
 
     async def _session(self) -> None:
         conn = await connect(self.dsn)
-        self._conn = conn
         try:
             # Standby until the active relay's connection is gone (each try is one round trip).
             while True:
@@ -116,6 +118,7 @@ class EventRelay:
                     break
                 await asyncio.sleep(self.config.standby_interval)
             self.active = True
+            self.activations += 1
             log.info("event relay active")
             wake = asyncio.Event()
 
@@ -140,7 +143,6 @@ class EventRelay:
                     await asyncio.wait_for(wake.wait(), self.config.poll_interval)
         finally:
             self.active = False
-            self._conn = None
             await _close(conn)
 
     async def _relay(self, conn: asyncpg.Connection, batch: Sequence[repo.StoredEvent]) -> None:

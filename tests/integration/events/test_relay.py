@@ -135,6 +135,7 @@ async def test_a_relay_whose_connection_dies_mid_batch_recovers_by_itself(
     await wait_relayed(pool, ids[-1])
     assert running.relay.already_relayed == 50
     assert running.relay.relayed == 50
+    assert running.relay.activations == 2  # reconnected and took the lock again
     assert await stream_ids(redis) == ids
     more = await produce(pool, 3)
     await wait_relayed(pool, more[-1])
