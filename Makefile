@@ -1,4 +1,4 @@
-.PHONY: help setup up test lint format contracts
+.PHONY: help setup up test lint format contracts schema
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 setup:  ## install the venv and the chain tooling
@@ -13,3 +13,5 @@ format:  ## format the code
 	.venv/bin/ruff format . && .venv/bin/ruff check --fix .
 contracts:  ## rebuild contract artifacts from contracts/*.sol
 	node scripts/build_contracts.js
+schema:  ## regenerate marketplace/storage/schema.sql from the migrations
+	.venv/bin/python -m marketplace.storage.schema --write

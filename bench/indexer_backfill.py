@@ -18,8 +18,8 @@ Usage: ``.venv/bin/python bench/indexer_backfill.py [--projects 2000] [--milesto
 
 The ratio of the medians is what the indexer adds on top of merely fetching the logs (target:
 at most 3x). A per-stage breakdown of the indexer rounds (logs, classification, state snapshots
-over RPC, decoding, database) shows where the rest goes. Results are printed as a table and
-written to bench/results/indexer_backfill.json.
+over RPC, decoding, database) shows where the rest goes. Results are printed as a table and,
+with --output, written to bench/results/indexer_backfill.json.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -74,6 +74,8 @@ TRUNCATE_ALL = """
 SELECT string_agg(format('%I.%I', schemaname, tablename), ', ')
 FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'schema_migrations'
 """
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 # --- the two contenders ---------------------------------------------------------------------------
@@ -126,9 +128,11 @@ class StageTimer:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
 
-    def wrap(self, name: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    def wrap(
+        self, name: str, fn: Callable[_P, Awaitable[_R]]
+    ) -> Callable[_P, Coroutine[Any, Any, _R]]:
         @functools.wraps(fn)
-        async def timed(*args: Any, **kwargs: Any) -> Any:
+        async def timed(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             started = time.perf_counter()
             try:
                 return await fn(*args, **kwargs)
@@ -321,7 +325,14 @@ def main() -> int:
     parser.add_argument("--block-gas", type=int, default=DEFAULT_BLOCK_GAS, help="seed blocks")
     parser.add_argument("--seed", type=int, default=1, help="random seed of the seeder")
     parser.add_argument("--no-redis", action="store_true", help="run the engine without Redis")
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--output",
+        type=Path,
+        nargs="?",
+        const=RESULTS,
+        default=None,
+        help=f"write the JSON report (default path {RESULTS.relative_to(ROOT)}); none without it",
+    )
     parser.add_argument(
         "--profile", action="store_true", help="cProfile one extra indexer round and print it"
     )
@@ -406,6 +417,8 @@ def main() -> int:
             file=sys.stderr,
         )
     print_table(report)
+    if args.output is None:
+        return 0
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"\nwritten to {args.output}")

@@ -25,13 +25,14 @@ Modes, each with a fresh app (and Ray), on the same chain and database:
   ``newHeads``), so only the poll timer wakes it.
 
 Targets (issue 5): p95 < 1 s with the subscription; p95 < poll interval + 1 s polling only.
-Results are printed as a table and written to bench/results/indexer_freshness.json.
+Results are printed as a table and, with --output, written to bench/results/indexer_freshness.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -63,6 +64,7 @@ from marketplace.chain.devnet_client.client import (  # noqa: E402
     MAX_UINT256,
     USDC,
     DevnetClient,
+    TxResult,
     label_hash,
 )
 from marketplace.chain.rpc import JsonRpcClient  # noqa: E402
@@ -120,54 +122,63 @@ class Workload:
                 self.project = result.project
                 return str(result.project)
 
+            # Default arguments bind this round's values; the project is read when the step runs.
+            def bid(bidder: str = bidder) -> TxResult:
+                return c.post_bid(
+                    self.current_project(),
+                    bidder,
+                    payouts=[100 * USDC] * m,
+                    durations=[7 * DAY] * m,
+                    bid_hash=label_hash(f"bid-{time.time_ns()}"),
+                )[-1]
+
+            def select(bidder: str = bidder) -> TxResult:
+                return c.select_bid(self.current_project(), bidder)[-1]
+
             yield Step(
                 "create",
-                lambda owner=owner, config=config: c.create_standard(
-                    owner, config_hash=config, bid_bond=10 * USDC, milestones=m
+                functools.partial(
+                    c.create_standard, owner, config_hash=config, bid_bond=10 * USDC, milestones=m
                 ),
                 lambda status, body: status == 200,
                 created,
             )
             yield Step(
                 "open",
-                lambda: c.open_bidding(self.project)[-1],  # type: ignore[arg-type]
+                lambda: c.open_bidding(self.current_project())[-1],
                 lambda status, body: body is not None and body["status"] == "bidding",
             )
-            yield Step(
-                "bid",
-                lambda bidder=bidder: c.post_bid(
-                    self.project,  # type: ignore[arg-type]
-                    bidder,
-                    payouts=[100 * USDC] * m,
-                    durations=[7 * DAY] * m,
-                    bid_hash=label_hash(f"bid-{time.time_ns()}"),
-                )[-1],
-                None,
-            )
+            yield Step("bid", bid, None)
             yield Step(
                 "select",
-                lambda bidder=bidder: c.select_bid(self.project, bidder)[-1],  # type: ignore[arg-type]
+                select,
                 lambda status, body: body is not None and body["status"] == "building",
             )
             for i in range(m):
-                yield Step(
-                    f"submit m{i}",
-                    lambda i=i: c.submit_milestone(
-                        self.project,  # type: ignore[arg-type]
-                        i,
-                        delivery_ref=label_hash(f"delivery-{i}"),
-                    ),
-                    lambda status, body, i=i: (
-                        body is not None and body["milestones"][i]["status"] == "submitted"
-                    ),
-                )
-                yield Step(
-                    f"approve m{i}",
-                    lambda i=i: c.approve_milestone(self.project, i),  # type: ignore[arg-type]
-                    lambda status, body, i=i: (
-                        body is not None and body["milestones"][i]["status"] == "approved"
-                    ),
-                )
+
+                def submit(i: int = i) -> TxResult:
+                    return c.submit_milestone(
+                        self.current_project(), i, delivery_ref=label_hash(f"delivery-{i}")
+                    )
+
+                def approve(i: int = i) -> TxResult:
+                    return c.approve_milestone(self.current_project(), i)
+
+                yield Step(f"submit m{i}", submit, milestone_status_is(i, "submitted"))
+                yield Step(f"approve m{i}", approve, milestone_status_is(i, "approved"))
+
+    def current_project(self) -> str:
+        """The project of this round, set from the create step's result (its ``project_of``)."""
+        if self.project is None:
+            raise RuntimeError("no project created yet")
+        return self.project
+
+
+def milestone_status_is(index: int, status: str) -> Check:
+    def check(code: int, body: dict[str, Any] | None) -> bool:
+        return body is not None and body["milestones"][index]["status"] == status
+
+    return check
 
 
 def prefund(client: DevnetClient) -> None:
@@ -364,7 +375,14 @@ def main() -> int:
     parser.add_argument("--milestones", type=int, default=3, help="per project of the workload")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--output",
+        type=Path,
+        nargs="?",
+        const=RESULTS,
+        default=None,
+        help=f"write the JSON report (default path {RESULTS.relative_to(ROOT)}); none without it",
+    )
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     if unknown := set(modes) - set(MODES):
@@ -455,6 +473,8 @@ def main() -> int:
         "summary": summary,
         "samples": {r["mode"]: r["samples"] for r in results},
     }
+    if args.output is None:
+        return 0
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"\nwritten to {args.output}")

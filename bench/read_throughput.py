@@ -19,7 +19,7 @@ Usage: ``.venv/bin/python bench/read_throughput.py [--duration 10] [--concurrenc
 
 Both servers get identical treatment (one process each, same pool size, same database, same
 client), so the ratio measures what the app adds on top of the SQL. Results are printed as a
-table and written to bench/results/read_throughput.json.
+table and, with --output, written to bench/results/read_throughput.json.
 """
 
 from __future__ import annotations
@@ -714,7 +714,14 @@ def main() -> None:
         default="",
         help="CPU affinity 'SERVER:CLIENT', e.g. '1:0' (both servers get the same CPUs)",
     )
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--output",
+        type=Path,
+        nargs="?",
+        const=RESULTS,
+        default=None,
+        help=f"write the JSON report (default path {RESULTS.relative_to(ROOT)}); none without it",
+    )
     parser.add_argument(
         "--py-spy",
         default="",
@@ -753,6 +760,8 @@ def main() -> None:
         **outcome,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    if args.output is None:
+        return
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n")
     shown = args.output.relative_to(ROOT) if args.output.is_relative_to(ROOT) else args.output

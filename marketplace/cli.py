@@ -4,26 +4,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import logging
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
-from aiohttp import web
-
 from marketplace.auth import issue_session_token
+from marketplace.capabilities import CAPABILITIES, resolve
 from marketplace.config import Settings, load_settings
 from marketplace.embedded.procs import read_or_create_secret
-from marketplace.embedded.stack import EmbeddedStack
 from marketplace.logs import configure_logging
 from marketplace.storage.migrations import migrate_dsn
 
 log = logging.getLogger("marketplace")
-
-# Capabilities that add their own sub-commands expose `register_cli(subparsers)`.
-PLUGIN_MODULES = ("marketplace.identity.cli", "marketplace.chain.cli")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -35,34 +30,35 @@ def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(**overrides)
 
 
-def _serve(settings: Settings, *, migrate: bool) -> None:
+def _serve(
+    settings: Settings, *, migrate: bool, on_ready: Callable[[Settings], None] | None = None
+) -> None:
+    if not settings.ray_address:
+        from marketplace.actors.ray_env import prepare_local_ray_environment
+
+        prepare_local_ray_environment()  # before anything imports Ray
     from marketplace.http.app import create_app
+    from marketplace.http.server import serve
 
     if migrate:
         applied = asyncio.run(migrate_dsn(settings.database_url))
         log.info("migrations applied", extra={"applied": applied})
     app = create_app(settings)
-    web.run_app(
-        app,
-        host=settings.host,
-        port=settings.port,
-        print=lambda _: log.info(
-            "serving", extra={"url": f"http://{settings.host}:{settings.port}/v1/"}
-        ),
-        access_log=None,
-    )
+
+    def ready() -> None:
+        log.info("serving", extra={"url": f"http://{settings.listen_address}/v1/"})
+        if on_ready is not None:
+            on_ready(settings)
+
+    asyncio.run(serve(app, settings.host, settings.port, on_ready=ready))
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from marketplace.embedded.supervisor import run_up
+
     settings = _settings(args)
     configure_logging(settings.log_level, settings.log_json)
-    stack = EmbeddedStack()
-    try:
-        settings = stack.start(settings)
-        _serve(settings, migrate=True)
-    finally:
-        stack.stop()
-    return 0
+    return run_up(settings, lambda s, ready: _serve(s, migrate=True, on_ready=ready))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -144,14 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     with_data_dir(token)
     token.set_defaults(func=cmd_token)
 
-    for module_name in PLUGIN_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not module_name.startswith(exc.name):
-                raise
-            continue
-        module.register_cli(sub)
+    for capability in CAPABILITIES:
+        for reference in capability.cli:
+            resolve(reference)(sub)
     return parser
 
 

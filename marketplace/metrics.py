@@ -6,7 +6,20 @@ per app would fail the second time a process builds an app (as tests do).
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from marketplace.jobs.metrics import JobMetricsSnapshot
 
 HTTP_REQUESTS = Counter(
     "marketplace_http_requests_total",
@@ -20,6 +33,17 @@ HTTP_LATENCY = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 HTTP_IN_FLIGHT = Gauge("marketplace_http_in_flight_requests", "HTTP requests being served.")
+# Streaming responses (the live event stream) are counted apart: their lifetime is a connection's,
+# not a request's, so it must not land in the request latency histogram or the in-flight gauge.
+HTTP_STREAMS_OPEN = Gauge(
+    "marketplace_http_streams_open", "Streaming responses currently open.", ["route"]
+)
+HTTP_STREAM_DURATION = Histogram(
+    "marketplace_http_stream_duration_seconds",
+    "Lifetime of streaming responses, from opening to close.",
+    ["route"],
+    buckets=(1, 5, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600),
+)
 ACTOR_CALL_LATENCY = Histogram(
     "marketplace_actor_call_duration_seconds",
     "Latency of Ray actor calls made by the frontend, by actor and method.",
@@ -53,3 +77,68 @@ INDEXER_GAUGES = {
         "last_synced_block": "Last block reflected in the read models.",
     }.items()
 }
+
+
+class JobMetricsCollector(Collector):
+    """Job queue figures of the whole deployment (docs/jobs.md, "Metrics"): depth read from
+    Postgres and worker events mirrored from Redis, set as one snapshot before each scrape."""
+
+    def __init__(self) -> None:
+        self.snapshot: JobMetricsSnapshot | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        from marketplace.jobs.metrics import OUTCOMES, RUN_BUCKETS, WAIT_BUCKETS
+
+        snap = self.snapshot
+        if snap is None:
+            return
+        depth = GaugeMetricFamily(
+            "marketplace_jobs",
+            "Jobs by queue and status (queued includes jobs not yet due; completed jobs are "
+            "counted by marketplace_job_outcomes_total).",
+            labels=["queue", "status"],
+        )
+        for (queue, status), count in sorted(snap.depth.items()):
+            depth.add_metric([queue, status], count)
+        due = GaugeMetricFamily(
+            "marketplace_jobs_due", "Queued jobs that are due now.", labels=["queue"]
+        )
+        oldest = GaugeMetricFamily(
+            "marketplace_jobs_oldest_due_seconds",
+            "How long the oldest due job has waited (0 when none is due).",
+            labels=["queue"],
+        )
+        for queue in sorted(snap.due):
+            due.add_metric([queue], snap.due[queue])
+            oldest.add_metric([queue], snap.oldest_due_seconds.get(queue, 0.0))
+        attempts = CounterMetricFamily(
+            "marketplace_job_attempts", "Job attempts started (claims).", labels=["queue"]
+        )
+        for queue, count in sorted(snap.attempts.items()):
+            attempts.add_metric([queue], count)
+        outcomes = CounterMetricFamily(
+            "marketplace_job_outcomes",
+            "Finished attempts by outcome: " + ", ".join(OUTCOMES) + ".",
+            labels=["queue", "outcome"],
+        )
+        for (queue, outcome), count in sorted(snap.outcomes.items()):
+            outcomes.add_metric([queue, outcome], count)
+        wait = HistogramMetricFamily(
+            "marketplace_job_wait_seconds",
+            "Seconds from a job becoming due (queued) to an attempt starting (running).",
+            labels=["queue"],
+        )
+        for queue, data in sorted(snap.wait.items()):
+            wait.add_metric([queue], data.cumulative(WAIT_BUCKETS), data.sum)
+        run = HistogramMetricFamily(
+            "marketplace_job_run_seconds",
+            "Seconds an attempt ran (running to done), by outcome.",
+            labels=["queue", "outcome"],
+        )
+        for (queue, outcome), data in sorted(snap.run.items()):
+            run.add_metric([queue, outcome], data.cumulative(RUN_BUCKETS), data.sum)
+        yield from (depth, due, oldest, attempts, outcomes, wait, run)
+
+
+JOB_METRICS = JobMetricsCollector()
+REGISTRY.register(JOB_METRICS)

@@ -8,6 +8,7 @@ rollback could not isolate them).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import tempfile
@@ -78,7 +79,7 @@ def ray_cluster() -> Iterator[None]:
         num_cpus=2,
         include_dashboard=False,
         _temp_dir=temp_dir,
-        logging_level="WARNING",
+        logging_level=logging.WARNING,
     )
     try:
         yield

@@ -28,6 +28,7 @@ from marketplace.actors.options import ActorSpec
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
 from marketplace.indexer.engine import IndexerConfig, IndexerEngine
+from marketplace.interpreter import pin_recursion_limit
 from marketplace.storage.pool import create_pool
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ def indexer_config(settings: Settings) -> IndexerConfig:
 
 class ChainIndexer:
     def __init__(self, settings: dict[str, Any]) -> None:
+        pin_recursion_limit()
         self.settings = Settings(**settings)
         self.config = indexer_config(self.settings)
         self._stop = threading.Event()

@@ -21,6 +21,8 @@ class ActorSpec:
     idempotent_calls: bool = False
     max_concurrency: int = 64
     num_cpus: float = 0
+    # "SPREAD" places the actors of one kind on different nodes where it can (job workers).
+    scheduling_strategy: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def ray_options(self, namespace: str) -> dict[str, Any]:
@@ -33,5 +35,10 @@ class ActorSpec:
             "max_task_retries": -1 if self.idempotent_calls else 0,
             "max_concurrency": self.max_concurrency,
             "num_cpus": self.num_cpus,
+            **(
+                {"scheduling_strategy": self.scheduling_strategy}
+                if self.scheduling_strategy
+                else {}
+            ),
             **self.extra,
         }

@@ -1,10 +1,12 @@
 """Connects to Ray and hands out named actors; the only module that calls ``ray.init``.
 
 Local mode (no ``MARKETPLACE_RAY_ADDRESS``) starts a private Ray runtime with its files under a
-short temporary directory; ``auto`` or ``ray://host:port`` join an existing cluster. Actor calls
-from the frontend go through :meth:`ActorRuntime.call`, which bounds them with a timeout, records
-their latency and turns Ray failures into 503s while letting domain errors raised inside the
-actor through unchanged.
+short temporary directory, listening on loopback only and requiring Ray's token authentication
+(a random token held in this process's environment, which Ray's processes inherit); ``auto`` or
+``ray://host:port`` join an existing cluster, which the operator protects (docs/architecture.md,
+"Supervision"). Actor calls from the frontend go through :meth:`ActorRuntime.call`, which bounds
+them with a timeout, records their latency and turns Ray failures into 503s while letting domain
+errors raised inside the actor through unchanged.
 """
 
 from __future__ import annotations
@@ -14,20 +16,57 @@ import contextlib
 import hashlib
 import logging
 import os
+import secrets
 import shutil
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import ray
+from ray._private import ray_constants
+from ray._private.authentication.authentication_utils import is_token_auth_enabled
+from ray._raylet import NodeID
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
 from marketplace.actors.options import ActorSpec
+from marketplace.actors.ray_env import RAY_CLUSTERS_ENV
 from marketplace.config import Settings
 from marketplace.errors import MarketplaceError, ServiceUnavailable
 from marketplace.metrics import ACTOR_CALL_LATENCY
 
 log = logging.getLogger(__name__)
+LOOPBACK = "127.0.0.1"
+PROBE_INTERVAL_SECONDS = 2.0
+PROBE_TIMEOUT_SECONDS = 2.0
+# Well inside Ray's own limit (gcs_rpc_server_reconnect_timeout_s, 60 s), after which a driver
+# that cannot reach its GCS exits the whole process.
+PROBE_FAILURES_BEFORE_RECONNECT = 3
+RECONNECT_BACKOFF_SECONDS = (1.0, 30.0)
+RECONNECT_RETRY_AFTER_SECONDS = 5
+RECONNECTING = "the actor runtime is reconnecting; retry shortly"
+
+
+def local_runtime_options() -> dict[str, Any]:
+    """Environment and ``ray.init`` arguments that keep a private runtime to this machine.
+
+    Node IP 127.0.0.1, so every gRPC server, agent and worker binds to loopback. Ray replaces a
+    loopback node IP with the machine's external address while it believes clusters are enabled
+    (``ray._private.services.get_node_ip_address``), hence the flag. Ray's daemons and workers
+    start with our environment, so what is set here reaches them too.
+    """
+    os.environ[RAY_CLUSTERS_ENV] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    # The driver read its authentication mode when Ray was imported; its daemons must agree.
+    if is_token_auth_enabled():
+        os.environ["RAY_AUTH_MODE"] = "token"
+        if not os.environ.get("RAY_AUTH_TOKEN"):
+            os.environ["RAY_AUTH_TOKEN"] = secrets.token_urlsafe(32)
+    else:
+        if os.environ.get("RAY_AUTH_MODE") == "token":
+            log.warning("ray was imported before token authentication was configured; it is off")
+        os.environ["RAY_AUTH_MODE"] = "disabled"
+    return {"_node_ip_address": LOOPBACK}
 
 
 def settings_for_actor(settings: Settings, **overrides: Any) -> dict[str, Any]:
@@ -40,12 +79,32 @@ def settings_for_actor(settings: Settings, **overrides: Any) -> dict[str, Any]:
 
 
 class ActorRuntime:
+    """This process's connection to Ray, and the actors it uses.
+
+    When this runtime made the connection (``ray.init``), :meth:`supervise` watches it: if the Ray
+    runtime is lost (its GCS or this node's raylet stops answering, or a private runtime's head
+    process dies), actor calls fail fast with 503 while a background thread shuts the old
+    connection down and connects again (a private runtime is started afresh), with backoff, and
+    re-creates every actor this process had asked for. Nothing here touches Postgres-only reads.
+    """
+
     def __init__(self, settings: Settings, *, database_url: str) -> None:
         self.settings = settings
         self.namespace = settings.ray_namespace
         self.database_url = database_url
         self._handles: dict[str, Any] = {}
+        # Every actor asked for, so a reconnect can bring each back (the indexer has no caller).
+        self._wanted: dict[str, tuple[ActorSpec, tuple[Any, ...]]] = {}
         self._local_temp_dir: str | None = None
+        self._owns_connection = False
+        self._available = True
+        # One long-lived thread runs every (re)connect: a private runtime's head processes get a
+        # parent-death signal tied to the thread that started them, so it must not come and go.
+        self._connector: ThreadPoolExecutor | None = None
+
+    @property
+    def available(self) -> bool:
+        return self._available
 
     def connect(self) -> None:
         if ray.is_initialized():
@@ -58,37 +117,130 @@ class ActorRuntime:
             "logging_level": logging.WARNING,
         }
         if address is None:
+            kwargs.update(local_runtime_options())
             # Ray puts Unix sockets under its temp dir; keep the path short (108-byte limit).
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
             self._local_temp_dir = tempfile.mkdtemp(prefix="mkt-ray-", dir="/tmp")
             kwargs["_temp_dir"] = self._local_temp_dir
             kwargs["num_cpus"] = max(2, os.cpu_count() or 2)
         ray.init(address=address, **kwargs)
+        self._owns_connection = True
         log.info("connected to ray", extra={"ray_address": address or "local"})
 
+    async def connect_async(self) -> None:
+        """:meth:`connect` on the connector thread (where reconnects happen too)."""
+        if self._connector is None:
+            self._connector = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ray-connect")
+        await asyncio.get_running_loop().run_in_executor(self._connector, self.connect)
+
     def shutdown(self) -> None:
+        if self._connector is not None:
+            # On the connector thread, before it ends (and the kernel kills what it started).
+            self._connector.submit(self._shutdown).result()
+            self._connector.shutdown(wait=True)
+            self._connector = None
+        else:
+            self._shutdown()
+
+    def _shutdown(self, *, lost: bool = False) -> None:
         handles, self._handles = self._handles, {}
         if self._local_temp_dir is not None:
             if ray.is_initialized():
-                # Our private runtime goes away with us: stop its actors first so none of them
-                # is left talking to dependencies that are being shut down.
-                for handle in handles.values():
-                    with contextlib.suppress(Exception):
-                        ray.kill(handle, no_restart=True)
+                if not lost:
+                    # Our private runtime goes away with us: stop its actors first so none of
+                    # them is left talking to dependencies that are being shut down.
+                    for handle in handles.values():
+                        with contextlib.suppress(Exception):
+                            ray.kill(handle, no_restart=True)
                 ray.shutdown()
             shutil.rmtree(self._local_temp_dir, ignore_errors=True)
             self._local_temp_dir = None
+        elif lost and ray.is_initialized():
+            ray.shutdown()
+
+    async def supervise(self) -> None:
+        """Watch the connection this runtime made; reconnect when the Ray runtime is lost."""
+        if not self._owns_connection:
+            return  # someone else's connection (tests share one): theirs to look after
+        failures = 0
+        while True:
+            await asyncio.sleep(PROBE_INTERVAL_SECONDS)
+            if await self._probe():
+                failures = 0
+                continue
+            failures += 1
+            if failures >= PROBE_FAILURES_BEFORE_RECONNECT or self._local_head_died():
+                await self._reconnect()
+                failures = 0
+
+    async def _probe(self) -> bool:
+        if self._local_head_died():
+            return False
+        try:
+            gcs = ray._private.worker.global_worker.gcs_client
+            node = NodeID.from_hex(ray.get_runtime_context().get_node_id())
+            alive = await asyncio.wait_for(
+                gcs.async_check_alive([node], PROBE_TIMEOUT_SECONDS), PROBE_TIMEOUT_SECONDS + 1
+            )
+        except Exception as exc:
+            log.warning("ray health probe failed: %s", type(exc).__name__)
+            return False
+        return bool(alive and alive[0])
+
+    def _local_head_died(self) -> bool:
+        if self._local_temp_dir is None:
+            return False
+        node = getattr(ray._private.worker, "_global_node", None)
+        processes = getattr(node, "all_processes", None) or {}
+        return any(
+            info.process.poll() is not None
+            for name in ("gcs_server", "raylet")
+            for info in processes.get(name, ())
+        )
+
+    async def _reconnect(self) -> None:
+        self._available = False
+        log.error("ray runtime lost; actor-backed routes answer 503 until it is back")
+        started = time.monotonic()
+        delay = RECONNECT_BACKOFF_SECONDS[0]
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await loop.run_in_executor(self._connector, self._connect_again)
+                break
+            except Exception:
+                log.exception("reconnecting to ray failed; retrying in %g s", delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_BACKOFF_SECONDS[1])
+        self._available = True
+        log.warning(
+            "ray runtime reconnected", extra={"outage_s": round(time.monotonic() - started, 1)}
+        )
+
+    def _connect_again(self) -> None:
+        with contextlib.suppress(Exception):
+            self._shutdown(lost=True)
+        self.connect()
+        for spec, args in list(self._wanted.values()):
+            self._create(spec, args)
 
     def actor_settings(self) -> dict[str, Any]:
         return settings_for_actor(self.settings, database_url=self.database_url)
 
     def handle(self, spec: ActorSpec, *args: Any) -> Any:
+        self._wanted.setdefault(spec.name, (spec, args))
         cached = self._handles.get(spec.name)
         if cached is None:
-            remote_cls = ray.remote(spec.cls).options(**spec.ray_options(self.namespace))
-            cached = remote_cls.remote(*args)
-            self._handles[spec.name] = cached
+            if not self._available:
+                # No Ray calls now: Ray would quietly start a runtime of its own.
+                raise ServiceUnavailable(RECONNECTING, retry_after=RECONNECT_RETRY_AFTER_SECONDS)
+            cached = self._create(spec, args)
         return cached
+
+    def _create(self, spec: ActorSpec, args: tuple[Any, ...]) -> Any:
+        remote_cls = ray.remote(spec.cls).options(**spec.ray_options(self.namespace))
+        handle = remote_cls.remote(*args)
+        self._handles[spec.name] = handle
+        return handle
 
     def forget(self, name: str) -> None:
         self._handles.pop(name, None)
@@ -96,6 +248,9 @@ class ActorRuntime:
     async def call(
         self, actor_name: str, handle: Any, method: str, *args: Any, timeout_s: float | None = None
     ) -> Any:
+        if not self._available:
+            ACTOR_CALL_LATENCY.labels(actor_name, method, "unavailable").observe(0)
+            raise ServiceUnavailable(RECONNECTING, retry_after=RECONNECT_RETRY_AFTER_SECONDS)
         started = time.perf_counter()
         outcome = "ok"
         try:

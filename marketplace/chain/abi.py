@@ -13,7 +13,7 @@ which is what the read models store.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -25,7 +25,7 @@ from marketplace.chain.artifacts import load_artifact
 from marketplace.types import checksum_address
 
 
-def abi_type(param: dict[str, Any]) -> str:
+def abi_type(param: Mapping[str, Any]) -> str:
     kind: str = param["type"]
     if kind.startswith("tuple"):
         inner = ",".join(abi_type(c) for c in param["components"])

@@ -1,7 +1,8 @@
 """A local anvil devnet process (the binary from the ``@foundry-rs/anvil`` npm package).
 
 anvil writes its cache under ``$HOME/.foundry``, so the child runs with ``HOME`` set to the data
-directory. Its log goes to ``<data_dir>/anvil.log``.
+directory. Its log goes to ``<data_dir>/anvil.log``. The kernel sends anvil SIGTERM when the
+process that started it dies, so no orphaned anvil keeps writing its state.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from marketplace.embedded.procs import free_port
+from marketplace.embedded.procs import child_options, free_port
 
 ANVIL_BIN_ENV = "MARKETPLACE_ANVIL_BIN"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -60,6 +61,8 @@ class AnvilProcess:
     :attr:`log_path`; ``silent=True`` passes ``--silent`` (startup/errors only, no per-tx log).
     """
 
+    label = "anvil"
+
     def __init__(
         self,
         data_dir: Path,
@@ -92,6 +95,19 @@ class AnvilProcess:
     @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def exit_status(self) -> int | None:
+        """The exit code once anvil has died on its own; None while it runs."""
+        return self._proc.poll() if self._proc is not None else None
+
+    def restart(self) -> None:
+        """Start again on the same port (the URL others were given stays valid)."""
+        self.stop()
+        self.start()
 
     @property
     def log_path(self) -> Path:
@@ -128,6 +144,7 @@ class AnvilProcess:
                 stderr=subprocess.STDOUT,
                 env=env,
                 cwd=self.data_dir,
+                **child_options(signal.SIGTERM),
             )
         except BaseException:
             log.close()
@@ -153,7 +170,7 @@ class AnvilProcess:
             except (OSError, urllib.error.URLError, ValueError):
                 chain_id = None
             if chain_id is not None:
-                if int(chain_id, 16) != self.chain_id:
+                if not isinstance(chain_id, str) or int(chain_id, 16) != self.chain_id:
                     raise AnvilError(f"unexpected chain id {chain_id} at {self.rpc_url}")
                 return
             if time.monotonic() > deadline:

@@ -13,6 +13,8 @@ with keccak256).
                               [--invite-only] [--bond 50] [--payout 1000] [--draft]
                               [--submission-window 3d] [--response-window 2d]
                               [--config-hash 0x.. | --title T [--description D] [--repo-url U]]
+                              [--user-id U (--intent-json FILE|- | --intent-id I --intent-nonce N)]
+                              (default hash: direct mode; with the intent options: intent mode)
     marketplace devnet open PROJECT
     marketplace devnet allowlist add|remove PROJECT ACCOUNT...
     marketplace devnet bid PROJECT --from 4 [--payouts 300,700] [--durations 3d,5d]
@@ -25,13 +27,17 @@ with keccak256).
     marketplace devnet resolve PROJECT --outcome approve|reject [--slash 10]
     marketplace devnet finalize PROJECT
     marketplace devnet show PROJECT
+    marketplace devnet link-wallet --user-id U --account N [--api-url http://127.0.0.1:8080]
     marketplace devnet advance-time --seconds N
     marketplace devnet mine [--blocks N] [--automine on|off]
     marketplace devnet seed --projects N --milestones M [--accounts K] [--seed S]
 
-Each prints what it did (transaction hashes, blocks, the project address; ``--json`` for one
-JSON object instead). Exit status: 0 done, 1 a transaction reverted (the contract's custom error
-is named), 2 no running devnet or a usage error.
+``link-wallet`` mints a short session token for the user (like ``marketplace token``), asks the
+API for a wallet-link challenge on the devnet's chain, signs it with the dev account's well-known
+key and submits it. Each prints what it did (transaction hashes, blocks, the project address;
+``--json`` for one JSON object instead). Exit status: 0 done, 1 a transaction reverted (the
+contract's custom error is named) or the API refused (its error code is named), 2 no running
+devnet or API, or a usage error.
 """
 
 from __future__ import annotations
@@ -41,13 +47,17 @@ import json
 import re
 import sys
 import time
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from marketplace.auth import issue_session_token
 from marketplace.chain import hashes
+from marketplace.chain.deploy import ANVIL_PRIVATE_KEYS
 from marketplace.chain.devnet_client.client import (
     USDC,
     ZERO_ADDRESS,
@@ -64,6 +74,7 @@ from marketplace.chain.devnet_client.seed import (
     Seeder,
     format_summary,
 )
+from marketplace.chain.devnet_client.wallet_link import ApiRefused, link_wallet
 from marketplace.chain.enums import (
     DisputeOutcome,
     DisputePhase,
@@ -200,35 +211,149 @@ def _deployment_text(client: DevnetClient) -> str:
     )
 
 
+INTENT_VERSION = "project_create_intent_v1"
+
+
+@dataclass(frozen=True)
+class Intent:
+    """What the intent-mode hash needs besides the metadata (spec section 2, "Hash rules")."""
+
+    user_id: uuid.UUID
+    intent_id: uuid.UUID
+    intent_nonce: str
+
+
+def _read_intent_json(source: str) -> dict[str, Any]:
+    """The create-intent response, from a file or ``-`` (stdin)."""
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--intent-json: cannot read {source}: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise UsageError(
+            f"--intent-json: {source} is not JSON (expected the create-intent response "
+            '{"intentId", "intentNonce", "expiresAt", "version"})'
+        ) from None
+    if not isinstance(data, dict):
+        raise UsageError("--intent-json: expected the create-intent response object")
+    if "error" in data:
+        # An error body piped on from a failed POST /v1/projects/create-intents.
+        raise UsageError(
+            f"--intent-json: the create-intent request failed: {data['error']}: "
+            f"{data.get('message', '')}"
+        )
+    version = data.get("version", INTENT_VERSION)
+    if version != INTENT_VERSION:
+        raise UsageError(f"--intent-json: version {version!r} is not {INTENT_VERSION!r}")
+    return data
+
+
+def _uuid(value: Any, option: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise UsageError(f"{option}: not a uuid: {value!r}") from None
+
+
+_BYTES32 = re.compile(r"^0x[0-9a-fA-F]{64}$")
+
+
+def _intent(args: argparse.Namespace) -> Intent | None:
+    """The intent of ``--intent-json`` or ``--intent-id``/``--intent-nonce``, with
+    ``--user-id``; ``None`` for direct mode."""
+    given = [
+        name
+        for name, value in (
+            ("--intent-json", args.intent_json),
+            ("--intent-id", args.intent_id),
+            ("--intent-nonce", args.intent_nonce),
+            ("--user-id", args.user_id),
+        )
+        if value is not None
+    ]
+    if not given:
+        return None
+    if args.config_hash:
+        raise UsageError(f"--config-hash is the whole hash: it takes no {', '.join(given)}")
+    intent_id: Any = args.intent_id
+    nonce: Any = args.intent_nonce
+    if args.intent_json is not None:
+        if intent_id is not None or nonce is not None:
+            raise UsageError("give --intent-json or --intent-id and --intent-nonce, not both")
+        data = _read_intent_json(args.intent_json)
+        intent_id, nonce = data.get("intentId"), data.get("intentNonce")
+        if intent_id is None or nonce is None:
+            raise UsageError("--intent-json: the object has no intentId and intentNonce")
+    missing = [
+        name
+        for name, value in (
+            ("--intent-id (or --intent-json)", intent_id),
+            ("--intent-nonce (or --intent-json)", nonce),
+            ("--user-id", args.user_id),
+        )
+        if value is None
+    ]
+    if missing:
+        raise UsageError(
+            "the intent-mode hash needs the user id and the create intent: missing "
+            + ", ".join(missing)
+        )
+    if not isinstance(nonce, str) or not _BYTES32.match(nonce):
+        raise UsageError(f"--intent-nonce: not a 0x bytes32: {nonce!r}")
+    return Intent(
+        user_id=_uuid(args.user_id, "--user-id"),
+        intent_id=_uuid(intent_id, "--intent-id"),
+        intent_nonce=nonce.lower(),
+    )
+
+
 def cmd_create(args: argparse.Namespace, client: DevnetClient, out: Output) -> None:
     owner = client.account(args.owner)
     challenge = args.mode == "challenge"
     if challenge and args.invite_only:
         raise UsageError("challenge projects are always open (no --invite-only)")
     access = "invite_only" if args.invite_only else "open"
+    intent = _intent(args)
+    metadata: dict[str, str] | None = None
     if args.config_hash:
         if args.title:
             raise UsageError("give --config-hash or --title, not both")
         config_hash = parse_hash(args.config_hash, default_label="")
     else:
         title = args.title or f"Devnet {args.mode} project {time.strftime('%Y-%m-%d %H:%M:%S')}"
-        config_hex = hashes.direct_config_hash(
-            title, args.description, args.repo_url, args.mode, access
-        )
+        metadata = {"title": title}
+        if args.description is not None:
+            metadata["description"] = args.description
+        if args.repo_url is not None:
+            metadata["repoUrl"] = args.repo_url
+        metadata |= {"projectMode": args.mode, "biddingAccess": access}
+        fields = (title, args.description, args.repo_url, args.mode, access)
+        meta_hex = hashes.metadata_hash(*fields)
+        if intent is None:
+            config_hex = hashes.direct_config_hash(*fields)
+            how = f"direct configHash {config_hex}"
+        else:
+            intent_hex = hashes.intent_hash(intent.user_id, intent.intent_id, intent.intent_nonce)
+            config_hex = hashes.intent_config_hash(
+                *fields,
+                user_id=intent.user_id,
+                intent_id=intent.intent_id,
+                intent_nonce=intent.intent_nonce,
+            )
+            how = f"intent configHash {config_hex}"
         config_hash = bytes.fromhex(config_hex[2:])
         out.field(
             "metadata",
-            {
-                "title": title,
-                "description": args.description or "",
-                "repoUrl": args.repo_url or "",
-                "projectMode": args.mode,
-                "biddingAccess": access,
-            },
-            f"metadata (direct configHash {config_hex}): title={title!r} "
+            metadata,
+            f"metadata ({how}): title={title!r} "
             f"description={args.description or ''!r} repoUrl={args.repo_url or ''!r} "
             f"projectMode={args.mode} biddingAccess={access}",
         )
+        if intent is not None:
+            out.field("metadataHash", meta_hex)
+            out.field("intentHash", intent_hex)
     if challenge:
         results = client.create_challenge(
             owner,
@@ -251,8 +376,48 @@ def cmd_create(args: argparse.Namespace, client: DevnetClient, out: Output) -> N
             )
         ]
     out.tx(results)
-    out.field("project", results[-1].project, f"project: {results[-1].project}")
+    created = results[-1]
+    out.field("project", created.project, f"project: {created.project}")
     out.field("configHash", "0x" + config_hash.hex())
+    out.field("hashMode", "intent" if intent else "direct" if metadata else None)
+    if metadata is not None:
+        claim = _claim_body(created.tx_hash, metadata, intent)
+        out.field("claim", claim, "claim body: " + json.dumps(claim))
+
+
+def _claim_body(tx_hash: str, metadata: dict[str, str], intent: Intent | None) -> dict[str, Any]:
+    """The body of ``POST /v1/projects/{project}/claim`` that matches this creation."""
+    if intent is None:
+        return {
+            "mode": "direct",
+            "hashVersion": "v1_direct",
+            "txHash": tx_hash,
+            "metadata": metadata,
+        }
+    return {
+        "mode": "intent",
+        "hashVersion": "v1_intent",
+        "intentId": str(intent.intent_id),
+        "intentNonce": intent.intent_nonce,
+        "txHash": tx_hash,
+        "metadata": metadata,
+    }
+
+
+CREATE_HELP = """\
+Create a project on the devnet and print the matching claim body.
+
+The configHash binds the creation to the metadata a claim later submits (docs/chain.md, "Hash
+rules"). By default it is the DIRECT-mode hash, H(title, description, repoUrl, projectMode,
+biddingAccess): what an agent-key caller claims with (mode "direct"). A session user must claim
+in INTENT mode: first POST /v1/projects/create-intents, then pass that response with
+--intent-json FILE (or - for stdin), or --intent-id and --intent-nonce, together with --user-id
+(the session's user); the hash is then H(metadataHash, intentHash). --config-hash sets the hash
+verbatim (no claim body then).
+
+The output names the hash mode and, under "claim" (--json), the body to POST to
+/v1/projects/{project}/claim once the creation is mined.
+"""
 
 
 def _milestone(
@@ -301,6 +466,7 @@ def cmd_bid(args: argparse.Namespace, client: DevnetClient, out: Output) -> None
         )
     )
     out.field("bidder", bidder)
+    out.field("bidHash", "0x" + bid_hash.hex())
     out.field("totalPayoutUSDC", str(Decimal(sum(payouts)) / USDC))
 
 
@@ -454,6 +620,74 @@ def cmd_show(args: argparse.Namespace, client: DevnetClient, out: Output) -> Non
     print(f"escrow balance: {Decimal(state['escrowBalance']) / USDC} USDC")
 
 
+LINK_TOKEN_TTL_SECONDS = 600
+
+
+def _session_token(args: argparse.Namespace, user_id: uuid.UUID) -> tuple[str, str]:
+    """A short session token for ``user_id`` signed like ``marketplace token``'s (the configured
+    HS256 secret, else the dev secret of the data dir), and the API URL of that server. Never
+    creates a secret: one the running server does not know would only earn a 401."""
+    from marketplace.config import load_settings
+
+    settings = load_settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
+    if settings.jwt_secret is not None:
+        secret = settings.jwt_secret.get_secret_value()
+    elif settings.jwt_public_key or settings.jwks_url:
+        raise UsageError(
+            "link-wallet mints a session token, which needs the shared HS256 secret "
+            "(MARKETPLACE_JWT_SECRET); this configuration verifies tokens with a public key"
+        )
+    else:
+        path = settings.dev_secret_path
+        try:
+            secret = path.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            raise UsageError(
+                f"no dev JWT secret at {path}: point --data-dir (or MARKETPLACE_DATA_DIR) at the "
+                "data dir of the running `marketplace up`"
+            ) from None
+    token = issue_session_token(
+        secret,
+        user_id,
+        email_verified=True,
+        ttl_seconds=LINK_TOKEN_TTL_SECONDS,
+        now=int(time.time()),
+    )
+    api_url = args.api_url or f"http://{settings.listen_address}"
+    return token, api_url
+
+
+def cmd_link_wallet(args: argparse.Namespace, client: DevnetClient, out: Output) -> None:
+    if not 0 <= args.account < len(ANVIL_PRIVATE_KEYS):
+        raise UsageError(
+            f"--account is a dev account index 0..{len(ANVIL_PRIVATE_KEYS) - 1} (its key is "
+            "needed to sign)"
+        )
+    token, api_url = _session_token(args, args.user_id)
+    result = link_wallet(
+        api_url, token, private_key=ANVIL_PRIVATE_KEYS[args.account], chain_id=client.chain_id
+    )
+    verified = result.verified
+    wallet = verified["walletAddress"]
+    out.fields.update(
+        {
+            "userId": str(args.user_id),
+            "account": args.account,
+            "walletAddress": wallet,
+            "chainId": client.chain_id,
+            "challengeId": result.challenge["challengeId"],
+            "verifiedAt": verified["verifiedAt"],
+        }
+    )
+    out.field(
+        "verificationMethod",
+        verified["verificationMethod"],
+        f"linked {wallet} (dev account {args.account}) to user {args.user_id} on chain "
+        f"{client.chain_id}: verified at {verified['verifiedAt']} "
+        f"({verified['verificationMethod']}) through {api_url}",
+    )
+
+
 def cmd_advance_time(args: argparse.Namespace, client: DevnetClient, out: Output) -> None:
     before = client.head()
     head = client.advance_time(args.seconds)
@@ -512,7 +746,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         args.devnet_func(args, client, out)
-    except TransactionFailed as exc:
+    except (TransactionFailed, ApiRefused) as exc:
         out.done()
         print(f"marketplace devnet: {exc}", file=sys.stderr)
         return 1
@@ -525,7 +759,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data-dir", type=Path, help="default: $MARKETPLACE_DATA_DIR or ./.data")
     common.add_argument("--rpc-url", help="default: the URL `marketplace up` recorded")
@@ -558,6 +792,8 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     command("info", cmd_info, "show the deployment, head block and dev accounts")
 
     p = command("create", cmd_create, "create a project (standard, or challenge funded+opened)")
+    p.description = CREATE_HELP
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("--mode", choices=("standard", "challenge"), default="standard")
     p.add_argument("--owner", default="3", help="account index or address (default 3)")
     p.add_argument("--milestones", type=int, default=2, help="standard: 1..100 (default 2)")
@@ -571,6 +807,18 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     p.add_argument("--title")
     p.add_argument("--description")
     p.add_argument("--repo-url")
+    intent = p.add_argument_group(
+        "intent mode (session users)",
+        "with these the configHash is the intent-mode hash; without them, the direct-mode one",
+    )
+    intent.add_argument(
+        "--intent-json",
+        metavar="FILE",
+        help="the create-intent response (a file, or - for stdin): intentId and intentNonce",
+    )
+    intent.add_argument("--intent-id", help="uuid of the create intent")
+    intent.add_argument("--intent-nonce", help="bytes32 intentNonce of the create intent")
+    intent.add_argument("--user-id", help="uuid of the user who created the intent (required)")
 
     p = command("open", cmd_open, "open bidding (a challenge draft is funded first)")
     p.add_argument("project")
@@ -645,6 +893,18 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
 
     p = command("show", cmd_show, "print a project's on-chain state")
     p.add_argument("project")
+
+    p = command(
+        "link-wallet",
+        cmd_link_wallet,
+        "link a dev account's wallet to a user through the API (challenge, sign, verify)",
+    )
+    p.add_argument("--user-id", type=uuid.UUID, required=True, help="the user to link it to")
+    p.add_argument("--account", type=int, required=True, help="dev account index 0..9")
+    p.add_argument(
+        "--api-url",
+        help="the API of `marketplace up` (default: http:// + MARKETPLACE_HOST:MARKETPLACE_PORT)",
+    )
 
     p = command("advance-time", cmd_advance_time, "evm_increaseTime + evm_mine")
     p.add_argument("--seconds", type=duration, required=True)

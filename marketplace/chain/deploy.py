@@ -15,15 +15,17 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
+from eth_account.types import TransactionDictType
+from eth_typing import ChecksumAddress
 from eth_utils import to_checksum_address
 from web3 import Web3
 from web3.contract import Contract
 from web3.contract.contract import ContractConstructor, ContractFunction
-from web3.types import TxReceipt
+from web3.types import RPCEndpoint, TxReceipt
 
 from marketplace.chain.artifacts import load_artifact
 
@@ -74,14 +76,14 @@ class Deployment:
     first deployment transaction (where an indexer starts scanning)."""
 
     chain_id: int
-    usdc: str
-    escrow: str
-    registry: str
-    project_implementation: str
+    usdc: ChecksumAddress
+    escrow: ChecksumAddress
+    registry: ChecksumAddress
+    project_implementation: ChecksumAddress
     start_block: int
-    verifier_signer: str
-    dispute_multisig: str
-    treasury: str
+    verifier_signer: ChecksumAddress
+    dispute_multisig: ChecksumAddress
+    treasury: ChecksumAddress
     fee_rate_bps: int = DEFAULT_FEE_RATE_BPS
 
     def to_dict(self) -> dict[str, Any]:
@@ -170,7 +172,9 @@ def send_transaction(
                 "chainId": w3.eth.chain_id,
             }
         )
-        signed = sender.sign_transaction(tx)
+        # web3's TxParams is a TypedDict, eth_account's parameter a plain dict of the same fields:
+        # the two libraries' stubs disagree about one and the same value.
+        signed = sender.sign_transaction(cast("TransactionDictType", tx))
         tx_hash = w3.eth.send_raw_transaction(signed.raw_transaction)
     else:
         tx_hash = call.transact({"from": to_checksum_address(sender)})
@@ -180,11 +184,13 @@ def send_transaction(
     return receipt
 
 
-def _deploy(w3: Web3, sender: Sender, name: str, *args: Any) -> TxReceipt:
+def _deploy(w3: Web3, sender: Sender, name: str, *args: Any) -> tuple[ChecksumAddress, TxReceipt]:
+    """The new contract's address and the receipt of its deployment."""
     receipt = send_transaction(w3, sender, contract_factory(w3, name).constructor(*args))
-    if not receipt["contractAddress"]:
+    address = receipt["contractAddress"]
+    if not address:
         raise DeploymentError(f"{name} deployment produced no contract address")
-    return receipt
+    return address, receipt
 
 
 def deploy_devnet(
@@ -203,11 +209,10 @@ def deploy_devnet(
     dispute_multisig = to_checksum_address(dispute_multisig)
     treasury = to_checksum_address(treasury)
 
-    usdc_receipt = _deploy(w3, deployer, "TestUSDC")
-    usdc = usdc_receipt["contractAddress"]
-    escrow = _deploy(w3, deployer, "MarketplaceEscrow", usdc)["contractAddress"]
-    implementation = _deploy(w3, deployer, "MarketplaceProject")["contractAddress"]
-    registry = _deploy(
+    usdc, usdc_receipt = _deploy(w3, deployer, "TestUSDC")
+    escrow, _ = _deploy(w3, deployer, "MarketplaceEscrow", usdc)
+    implementation, _ = _deploy(w3, deployer, "MarketplaceProject")
+    registry, _ = _deploy(
         w3,
         deployer,
         "MarketplaceRegistry",
@@ -215,7 +220,7 @@ def deploy_devnet(
         escrow,
         implementation,
         (fee_rate_bps, dispute_multisig, verifier_signer, treasury),
-    )["contractAddress"]
+    )
     send_transaction(
         w3, deployer, contract_at(w3, "MarketplaceEscrow", escrow).functions.setRegistry(registry)
     )
@@ -265,6 +270,6 @@ def fund_accounts(
     for account in accounts:
         address = to_checksum_address(account)
         if eth_wei is not None:
-            w3.provider.make_request("anvil_setBalance", [address, hex(eth_wei)])
+            w3.provider.make_request(RPCEndpoint("anvil_setBalance"), [address, hex(eth_wei)])
         if usdc_amount:
             send_transaction(w3, payer, usdc.functions.mint(address, usdc_amount))

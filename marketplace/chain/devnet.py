@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from web3 import Web3
 
@@ -26,6 +27,10 @@ from marketplace.chain.deploy import (
     write_manifest,
 )
 from marketplace.config import Settings
+
+if TYPE_CHECKING:
+    # The type only: the chain package does not load the embedded stack that calls it.
+    from marketplace.embedded.stack import Stoppable
 
 log = logging.getLogger(__name__)
 STATE_DUMP_INTERVAL_SECONDS = 5
@@ -87,7 +92,7 @@ def ensure_deployment(w3: Web3, path: Path) -> Deployment:
     return deployment
 
 
-def start_devnet(settings: Settings, started: list) -> Settings:  # type: ignore[type-arg]
+def start_devnet(settings: Settings, started: list[Stoppable]) -> Settings:
     """Embedded-stack starter: without a configured chain, run anvil with the contracts."""
     if settings.chain_rpc_url:
         return settings

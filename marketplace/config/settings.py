@@ -109,6 +109,29 @@ class Settings(BaseSettings):
     # Wallets (besides the owner and the selected worker) that may read dispute evidence.
     dispute_admin_wallets: list[str] = Field(default_factory=list)
 
+    # --- job queue; see docs/jobs.md -----------------------------------------------------------
+    # Start the job worker actors of every registered queue with the frontend.
+    jobs_enabled: bool = True
+    # Worker actors per queue (a queue may declare its own), and per-queue overrides.
+    jobs_workers_per_queue: int = Field(default=2, ge=0, le=64)
+    jobs_workers: dict[str, int] = Field(default_factory=dict)
+    # Attempts one worker runs at once (a queue may declare its own).
+    jobs_concurrency: int = Field(default=4, ge=1, le=256)
+    # A running job's lease; heartbeats renew it every third of it. A worker that dies delays
+    # its jobs by at most this long.
+    jobs_lease_seconds: float = Field(default=30.0, ge=1)
+    # Fallback poll when no notification arrives (LISTEN wakes workers at once).
+    jobs_poll_interval_ms: int = Field(default=2_000, ge=50)
+    # Retry delay after attempt n: uniform in [0, min(cap, base * 2**(n-1))] (full jitter).
+    jobs_backoff_base_seconds: float = Field(default=2.0, gt=0)
+    jobs_backoff_cap_seconds: float = Field(default=600.0, gt=0)
+    # Default attempt timeout (a queue may declare its own).
+    jobs_timeout_seconds: float = Field(default=300.0, gt=0)
+    # Completed jobs are deleted this long after they finished (failed ones are kept).
+    jobs_completed_retention_hours: float = Field(default=168.0, gt=0)
+    # /metrics reads queue depth from Postgres at most this often.
+    jobs_metrics_cache_seconds: float = Field(default=1.5, ge=0)
+
     @field_validator("dispute_admin_wallets")
     @classmethod
     def _check_wallets(cls, value: list[str]) -> list[str]:
@@ -116,6 +139,14 @@ class Settings(BaseSettings):
             if not re.fullmatch(r"0x[0-9a-fA-F]{40}", wallet):
                 raise ValueError(f"not an address: {wallet!r}")
         return [wallet.lower() for wallet in value]
+
+    @field_validator("jobs_workers")
+    @classmethod
+    def _check_job_workers(cls, value: dict[str, int]) -> dict[str, int]:
+        for queue, count in value.items():
+            if not 0 <= count <= 64:
+                raise ValueError(f"jobs_workers[{queue!r}] must be between 0 and 64")
+        return value
 
     @field_validator("rate_limit_default")
     @classmethod

@@ -4,19 +4,25 @@ Data lives in ``<data_dir>/postgres``. The server listens on 127.0.0.1 only with
 authentication (the password is generated once and kept in the data dir), and on a Unix socket
 inside its data directory. Run as root, the binaries run as an unprivileged user instead, since
 ``initdb`` and ``postgres`` refuse to run as root.
+
+``postgres`` runs as our child (not daemonised through ``pg_ctl start``) so that it stops when we
+die, however we die: the kernel sends it SIGINT (fast shutdown) when its parent goes away.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
+import time
 import warnings
 from pathlib import Path
 from urllib.parse import quote
 
 from marketplace.embedded.procs import (
     check_traversable,
+    child_options,
     chown_tree,
     free_port,
     read_or_create_secret,
@@ -30,9 +36,12 @@ with warnings.catch_warnings():
 
 log = logging.getLogger(__name__)
 SUPERUSER = "postgres"
+STARTUP_TIMEOUT_SECONDS = 60
 
 
 class EmbeddedPostgres:
+    label = "postgres"
+
     def __init__(self, data_dir: Path, *, port: int = 0, database: str = "marketplace") -> None:
         self.data_dir = data_dir.resolve()
         self.pgdata = self.data_dir / "postgres"
@@ -40,7 +49,7 @@ class EmbeddedPostgres:
         self.database = database
         self.os_user = unprivileged_user()
         self.password = read_or_create_secret(self.data_dir / "postgres-password")
-        self._started = False
+        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def dsn(self) -> str:
@@ -93,24 +102,71 @@ class EmbeddedPostgres:
         if self._run("pg_ctl", "-D", str(self.pgdata), "status", check=False).returncode == 0:
             # A server left running by a crashed run: stop it so we own the one we start.
             self._run("pg_ctl", "-D", str(self.pgdata), "-m", "fast", "-w", "stop", check=False)
-        options = f"-h 127.0.0.1 -p {self.port} -k {self.pgdata} -c max_connections=200"
-        self._run(
-            "pg_ctl",
-            "-D",
-            str(self.pgdata),
-            "-w",
-            "-t",
-            "60",
-            "-o",
-            options,
-            "-l",
-            str(self.pgdata / "server.log"),
-            "start",
-        )
-        self._started = True
+        self._launch()
         self._ensure_database()
-        log.info("embedded postgres started", extra={"port": self.port})
+        log.info("embedded postgres started", extra={"port": self.port, "pid": self.pid})
         return self.dsn
+
+    def _launch(self) -> None:
+        command = [
+            str(POSTGRES_BIN_PATH / "postgres"),
+            "-D", str(self.pgdata),
+            "-h", "127.0.0.1",
+            "-p", str(self.port),
+            "-k", str(self.pgdata),
+            "-c", "max_connections=200",
+        ]  # fmt: skip
+        with (self.pgdata / "server.log").open("ab") as server_log:
+            self._proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=server_log,
+                stderr=subprocess.STDOUT,
+                env=dict(os.environ, LC_ALL="C"),
+                user=self.os_user,
+                **child_options(signal.SIGINT),
+            )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self) -> None:
+        """Until ``postmaster.pid`` says ``ready`` for our process (PostgreSQL's own signal)."""
+        assert self._proc is not None
+        deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
+        pid_file = self.pgdata / "postmaster.pid"
+        while True:
+            if self._proc.poll() is not None:
+                raise RuntimeError(
+                    f"embedded postgres exited with code {self._proc.returncode}; "
+                    f"see {self.pgdata / 'server.log'}"
+                )
+            try:
+                lines = pid_file.read_text().splitlines()
+            except OSError:
+                lines = []
+            if len(lines) >= 8 and lines[0] == str(self._proc.pid) and lines[7].strip() == "ready":
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"embedded postgres not ready after {STARTUP_TIMEOUT_SECONDS} s; "
+                    f"see {self.pgdata / 'server.log'}"
+                )
+            time.sleep(0.02)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def exit_status(self) -> int | None:
+        """The exit code once the server has died on its own; None while it runs."""
+        return self._proc.poll() if self._proc is not None else None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
 
     def _ensure_database(self) -> None:
         psql = ("psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER, "-d", "postgres")
@@ -121,9 +177,18 @@ class EmbeddedPostgres:
             self._run(*psql, "-c", f'CREATE DATABASE "{self.database}"')
 
     def stop(self) -> None:
-        if self._started:
-            self._run("pg_ctl", "-D", str(self.pgdata), "-m", "fast", "-w", "stop", check=False)
-            self._started = False
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        # SIGINT is PostgreSQL's fast shutdown; SIGQUIT its immediate one (crash recovery on the
+        # next start), for a server that does not finish in time.
+        for sig, wait_s in ((signal.SIGINT, 30), (signal.SIGQUIT, 10), (signal.SIGKILL, 10)):
+            proc.send_signal(sig)
+            try:
+                proc.wait(timeout=wait_s)
+                return
+            except subprocess.TimeoutExpired:
+                log.warning("embedded postgres still running after %s", sig.name)
 
     def __enter__(self) -> EmbeddedPostgres:
         self.start()

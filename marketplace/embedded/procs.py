@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pwd
 import secrets
+import signal
 import socket
 import stat
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+# File descriptors every embedded child inherits: the data-dir lock of `marketplace up`, so the
+# lock stays held until the last process working on the data dir is gone.
+_inherited_fds: set[int] = set()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -55,3 +65,64 @@ def chown_tree(path: Path, user: str) -> None:
         os.chown(root, entry.pw_uid, entry.pw_gid)
         for name in dirs + files:
             os.chown(os.path.join(root, name), entry.pw_uid, entry.pw_gid, follow_symlinks=False)
+
+
+def inherit_fd(fd: int) -> None:
+    """Hand ``fd`` to every child started with :func:`child_options` from now on."""
+    _inherited_fds.add(fd)
+
+
+def forget_fd(fd: int) -> None:
+    _inherited_fds.discard(fd)
+
+
+def inherited_fds() -> tuple[int, ...]:
+    return tuple(sorted(_inherited_fds))
+
+
+def parent_death_signal(sig: int) -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking the kernel to send ``sig`` to the child when its parent dies.
+
+    Linux delivers it when the *thread* that forked the child exits, so start children from a
+    thread that lives as long as the process (the main thread or the supervisor's).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    # Bound here: after fork, only async-signal-safe work belongs in the child.
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def preexec() -> None:
+        if prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != parent:
+            # The parent died between fork and prctl: the signal will never come.
+            os.kill(os.getpid(), sig)
+
+    return preexec
+
+
+def child_options(death_signal: int = signal.SIGTERM) -> dict[str, Any]:
+    """``Popen`` keyword arguments for an embedded server: dies with us, holds our lock."""
+    return {
+        "preexec_fn": parent_death_signal(death_signal),
+        "pass_fds": inherited_fds(),
+    }
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie counts as gone: it only waits to be reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    # The state follows the parenthesised command, which may itself contain spaces.
+    return stat_line.rpartition(")")[2].split()[0] not in ("Z", "X")

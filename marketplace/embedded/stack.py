@@ -3,11 +3,18 @@
 Each starter looks at the settings, starts its server when the matching URL is empty and returns
 the settings updated to point at it; ``stop`` stops everything that was started, newest first.
 Later capabilities (the chain devnet) append their own starter to ``STARTERS``.
+
+:meth:`EmbeddedStack.watch` supervises what was started: a server that exits on its own is
+started again on the same port (so every URL handed out stays valid), up to ``RESTART_LIMIT``
+times within ``RESTART_WINDOW_SECONDS``; past that, ``on_fatal`` is called and ``up`` stops.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -19,8 +26,26 @@ from marketplace.embedded.procs import read_or_create_secret
 log = logging.getLogger(__name__)
 
 
+RESTART_LIMIT = 3
+RESTART_WINDOW_SECONDS = 60.0
+WATCH_INTERVAL_SECONDS = 0.5
+
+
 class Stoppable(Protocol):
     def stop(self) -> None: ...
+
+
+class Supervised(Stoppable, Protocol):
+    """An embedded server ``watch`` can look after."""
+
+    label: str
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def exit_status(self) -> int | None: ...
+
+    def restart(self) -> None: ...
 
 
 Starter = Callable[[Settings, list[Stoppable]], Settings]
@@ -71,6 +96,10 @@ STARTERS: list[Starter] = [start_postgres, start_redis, start_chain]
 class EmbeddedStack:
     def __init__(self) -> None:
         self.started: list[Stoppable] = []
+        self._stopping = threading.Event()
+        # Held while a server is restarted or stopped, so the two never overlap.
+        self._lock = threading.Lock()
+        self._watcher: threading.Thread | None = None
 
     def start(self, settings: Settings) -> Settings:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -82,10 +111,77 @@ class EmbeddedStack:
             raise
         return dev_session_secret(settings)
 
+    def pids(self) -> dict[str, int]:
+        return {
+            server.label: server.pid
+            for server in self.started
+            if isinstance(getattr(server, "label", None), str)
+            and getattr(server, "pid", None) is not None
+        }
+
+    def watch(self, on_fatal: Callable[[str], None]) -> None:
+        """Restart servers that die, in a thread that lives until :meth:`stop`.
+
+        Servers restarted here get their parent-death signal bound to this thread, which is why
+        it must not end before the servers are stopped.
+        """
+        self._watcher = threading.Thread(
+            target=self._watch, args=(on_fatal,), name="embedded-supervisor", daemon=True
+        )
+        self._watcher.start()
+
+    def _watch(self, on_fatal: Callable[[str], None]) -> None:
+        history: dict[str, deque[float]] = {}
+        failed: set[int] = set()  # servers whose last restart raised
+        while not self._stopping.wait(WATCH_INTERVAL_SECONDS):
+            for server in list(self.started):
+                if not hasattr(server, "exit_status"):
+                    continue
+                watched: Supervised = server  # type: ignore[assignment]
+                status = watched.exit_status()
+                if status is None and id(watched) not in failed:
+                    continue
+                with self._lock:
+                    if self._stopping.is_set():
+                        return
+                    recent = history.setdefault(watched.label, deque())
+                    now = time.monotonic()
+                    while recent and now - recent[0] > RESTART_WINDOW_SECONDS:
+                        recent.popleft()
+                    if len(recent) >= RESTART_LIMIT:
+                        reason = (
+                            f"embedded {watched.label} died {len(recent) + 1} times within "
+                            f"{RESTART_WINDOW_SECONDS:g} s"
+                        )
+                        log.critical("%s; stopping everything", reason)
+                        on_fatal(reason)
+                        return
+                    recent.append(now)
+                    log.error(
+                        "embedded %s exited; restarting it",
+                        watched.label,
+                        extra={"exit_status": status, "restart": len(recent)},
+                    )
+                    try:
+                        watched.restart()
+                    except Exception:
+                        failed.add(id(watched))
+                        log.exception("embedded %s did not restart", watched.label)
+                        continue
+                    failed.discard(id(watched))
+                    log.warning("embedded %s restarted", watched.label, extra={"pid": watched.pid})
+
     def stop(self) -> None:
-        while self.started:
-            server = self.started.pop()
-            try:
-                server.stop()
-            except Exception:
-                log.exception("failed to stop %s", type(server).__name__)
+        self._stopping.set()
+        with self._lock:
+            while self.started:
+                server = self.started.pop()
+                name = getattr(server, "label", type(server).__name__)
+                try:
+                    server.stop()
+                    log.info("embedded %s stopped", name)
+                except Exception:
+                    log.exception("failed to stop embedded %s", name)
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join(timeout=5)
+            self._watcher = None

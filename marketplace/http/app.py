@@ -1,8 +1,8 @@
 """The aiohttp application factory.
 
 Each shared resource is one ``cleanup_ctx`` generator, so cleanup runs exactly for what started:
-Postgres pool, then Redis, then Ray. Domain modules under ``marketplace.http.routes`` register
-their routes (and hooks) themselves.
+Postgres pool, then Redis, then Ray; then each capability's own contexts, in the order of the
+explicit list in :mod:`marketplace.capabilities`, which also supplies the routes and guards.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from aiohttp import web
 from marketplace.actors.project_shard import ProjectShards
 from marketplace.actors.runtime import ActorRuntime
 from marketplace.auth import NoApiKeys, SessionVerifier
+from marketplace.capabilities import CAPABILITIES, ordered_guards, resolve
 from marketplace.config import Settings
 from marketplace.http import keys
 from marketplace.http.middlewares import request_context
 from marketplace.http.ratelimit import RateLimiter
-from marketplace.http.routes import discover
 from marketplace.http.routing import Route, RouteTable, make_endpoint
 from marketplace.interpreter import pin_recursion_limit
 from marketplace.logs import AccessLog
@@ -30,7 +30,8 @@ from marketplace.storage.pool import create_pool
 
 log = logging.getLogger(__name__)
 
-ROUTES: web.AppKey[list[Route]] = web.AppKey("routes", list)
+# Kept importable from here for callers that know the app factory.
+ROUTES = keys.ROUTES
 
 
 ACCESS_LOG_FLUSH_SECONDS = 0.2
@@ -74,18 +75,26 @@ async def _redis(app: web.Application) -> AsyncIterator[None]:
 
 async def _ray(app: web.Application) -> AsyncIterator[None]:
     runtime = ActorRuntime(app[keys.SETTINGS], database_url=app[keys.SETTINGS].database_url)
-    runtime.connect()
+    await runtime.connect_async()
     app[keys.ACTORS] = runtime
     app[keys.PROJECT_SHARDS] = ProjectShards(runtime)
     app[keys.PROJECT_SHARDS].warm()
+    # A lost Ray runtime degrades actor-backed routes to 503 while this reconnects; reads from
+    # Postgres never wait for it.
+    supervisor = asyncio.create_task(runtime.supervise())
     yield
+    supervisor.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await supervisor
     runtime.shutdown()
+    log.info("ray runtime stopped")
 
 
 def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> web.Application:
     """Build the app. ``settings.database_url`` and ``redis_url`` must be set by now.
 
-    ``extra_routes`` adds route tables beyond the discovered domain modules (tests use it).
+    Capabilities come from the one explicit list in :mod:`marketplace.capabilities`;
+    ``extra_routes`` adds route tables beyond them (tests use it).
     """
     if not settings.database_url or not settings.redis_url:
         raise ValueError("create_app needs database_url and redis_url")
@@ -104,15 +113,17 @@ def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> w
     app.cleanup_ctx.extend([_access_log, _postgres, _redis, _ray])
 
     routes: list[Route] = []
-    for module in discover():
-        setup = getattr(module, "setup", None)
-        if setup is not None:
-            setup(app)
-        routes.extend(module.routes.routes)
+    for capability in CAPABILITIES:
+        for reference in capability.setup:
+            resolve(reference)(app)
+        app.cleanup_ctx.extend(resolve(reference) for reference in capability.contexts)
+        for reference in capability.routes:
+            routes.extend(resolve(reference).routes)
+    app[keys.GUARD_HOOKS] = [resolve(reference) for _, reference in ordered_guards()]
     for table in extra_routes:
         routes.extend(table.routes)
     for route in routes:
         app.router.add_route(route.method, route.path, make_endpoint(route), name=route.name)
-    app[ROUTES] = routes
+    app[keys.ROUTES] = routes
     pin_recursion_limit()
     return app

@@ -11,13 +11,15 @@ from aiohttp import web
 
 from marketplace.auth import ApiKeyResolver, SessionVerifier
 from marketplace.config import Settings
+from marketplace.jobs.registry import JobRegistry
 from marketplace.logs import AccessLog
 
 if TYPE_CHECKING:
+    from marketplace.actors.job_worker import JobWorkers
     from marketplace.actors.project_shard import ProjectShards
     from marketplace.actors.runtime import ActorRuntime
     from marketplace.http.ratelimit import RateLimiter
-    from marketplace.http.routing import Call
+    from marketplace.http.routing import Call, Route
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings", Settings)
 DATABASE_URL: web.AppKey[str] = web.AppKey("database_url", str)
@@ -26,11 +28,15 @@ PG_POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pg_pool", asyncpg.Pool)
 REDIS: web.AppKey[aioredis.Redis] = web.AppKey("redis", aioredis.Redis)
 ACTORS: web.AppKey[ActorRuntime] = web.AppKey("actors")
 PROJECT_SHARDS: web.AppKey[ProjectShards] = web.AppKey("project_shards")
+# The queues whose workers this frontend starts (declared by capabilities; tests swap it).
+JOB_REGISTRY: web.AppKey[JobRegistry] = web.AppKey("job_registry", JobRegistry)
+JOB_WORKERS: web.AppKey[JobWorkers] = web.AppKey("job_workers")
 SESSION_VERIFIER: web.AppKey[SessionVerifier] = web.AppKey("session_verifier", SessionVerifier)
 API_KEY_RESOLVER: web.AppKey[ApiKeyResolver] = web.AppKey("api_key_resolver")
 RATE_LIMITER: web.AppKey[RateLimiter] = web.AppKey("rate_limiter")
 # Checks run, in order, after the verified-email check of every guarded mutation
-# (spec section 5 rules 7-8); the legal-assent module registers itself here.
+# (spec section 5 rules 7-8); the app factory fills it from the capabilities' guards, in
+# marketplace.capabilities.GUARD_ORDER.
 GuardHook = Callable[["Call[Any, Any, Any]"], Awaitable[None]]
 GUARD_HOOKS: web.AppKey[list[GuardHook]] = web.AppKey("guard_hooks", list)
 # Called after every response with the request and the final status (e.g. the API-key usage
@@ -45,6 +51,14 @@ METRICS_REFRESHERS: web.AppKey[list[MetricsRefresher]] = web.AppKey("metrics_ref
 
 ACCESS_LOG: web.AppKey[AccessLog] = web.AppKey("access_log", AccessLog)
 
+# Every route the app registered, in registration order (the OpenAPI document is built from it).
+ROUTES: web.AppKey[list[Route]] = web.AppKey("routes", list)
+
 # Per-request storage.
 REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)
 PRINCIPAL: web.RequestKey[Any] = web.RequestKey("principal")
+# perf_counter() at which a streaming response was opened (see marketplace.http.streaming).
+STREAM_OPENED_AT: web.RequestKey[float] = web.RequestKey("stream_opened_at", float)
+STREAM_RESPONSE: web.RequestKey[web.StreamResponse] = web.RequestKey(
+    "stream_response", web.StreamResponse
+)

@@ -28,7 +28,13 @@ from marketplace.errors import (
 )
 from marketplace.http import keys
 from marketplace.logs import request_id_var
-from marketplace.metrics import HTTP_IN_FLIGHT, HTTP_LATENCY, HTTP_REQUESTS
+from marketplace.metrics import (
+    HTTP_IN_FLIGHT,
+    HTTP_LATENCY,
+    HTTP_REQUESTS,
+    HTTP_STREAM_DURATION,
+    HTTP_STREAMS_OPEN,
+)
 
 log = logging.getLogger("marketplace.http")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -96,38 +102,76 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
     request_id = incoming if incoming and _REQUEST_ID_RE.match(incoming) else _new_request_id()
     token = request_id_var.set(request_id)
     request[keys.REQUEST_ID] = request_id
-    started = time.perf_counter()
+    request[_STARTED_AT] = time.perf_counter()
     HTTP_IN_FLIGHT.inc()
     status = 500
     try:
         response = await _json_errors(request, handler, request_id)
         status = response.status
-        response.headers[REQUEST_ID_HEADER] = request_id
+        if not response.prepared:
+            response.headers[REQUEST_ID_HEADER] = request_id
         return response
     finally:
-        HTTP_IN_FLIGHT.dec()
-        elapsed = time.perf_counter() - started
-        template = route_template(request)
-        _observe(request.method, template, status, elapsed)
-        request.app[keys.ACCESS_LOG].write(
-            {
-                "level": "info",
-                "logger": "marketplace.access",
-                "msg": "request",
-                "request_id": request_id,
-                "method": request.method,
-                "route": template,
-                "path": request.path,
-                "status": status,
-                "duration_ms": round(elapsed * 1000, 2),
-            }
-        )
-        for hook in request.app[keys.AFTER_REQUEST_HOOKS]:
-            try:
-                hook(request, status)
-            except Exception:
-                log.exception("after-request hook failed")
+        opened_at = request.get(keys.STREAM_OPENED_AT)
+        if opened_at is None:
+            HTTP_IN_FLIGHT.dec()
+            account_request(request, status, event="request")
+        else:
+            # Accounted for as a request when it opened (marketplace.http.streaming).
+            template = route_template(request)
+            HTTP_STREAMS_OPEN.labels(template).dec()
+            HTTP_STREAM_DURATION.labels(template).observe(time.perf_counter() - opened_at)
+            request.app[keys.ACCESS_LOG].write(
+                {
+                    "level": "info",
+                    "logger": "marketplace.access",
+                    "msg": "stream closed",
+                    "request_id": request_id,
+                    "route": template,
+                    "duration_ms": round((time.perf_counter() - opened_at) * 1000, 2),
+                }
+            )
         request_id_var.reset(token)
+
+
+_STARTED_AT: web.RequestKey[float] = web.RequestKey("started_at", float)
+
+
+def account_request(request: web.Request, status: int, *, event: str) -> None:
+    """Metrics, access-log line and after-request hooks of one request, once."""
+    elapsed = time.perf_counter() - request[_STARTED_AT]
+    template = route_template(request)
+    _observe(request.method, template, status, elapsed)
+    request.app[keys.ACCESS_LOG].write(
+        {
+            "level": "info",
+            "logger": "marketplace.access",
+            "msg": event,
+            "request_id": request[keys.REQUEST_ID],
+            "method": request.method,
+            "route": template,
+            "path": request.path,
+            "status": status,
+            "duration_ms": round(elapsed * 1000, 2),
+        }
+    )
+    for hook in request.app[keys.AFTER_REQUEST_HOOKS]:
+        try:
+            hook(request, status)
+        except Exception:
+            log.exception("after-request hook failed")
+
+
+async def _handle(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except Exception:
+        stream = request.get(keys.STREAM_RESPONSE)
+        if stream is None:
+            raise
+        # The head is sent: no error body can follow. End the stream; the log has the cause.
+        log.warning("stream ended by an error", exc_info=True)
+        return stream
 
 
 _counters: dict[tuple[str, str, int], Any] = {}
@@ -152,7 +196,7 @@ async def _json_errors(
     request: web.Request, handler: Handler, request_id: str
 ) -> web.StreamResponse:
     try:
-        return await handler(request)
+        return await _handle(request, handler)
     except MarketplaceError as exc:
         if exc.status >= 500:
             log.warning("request failed: %s", exc.message, extra={"error": exc.code})

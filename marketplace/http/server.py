@@ -94,16 +94,24 @@ async def serve(
     runner = JsonErrorsAppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
     stop = asyncio.Event()
+    received: list[signal.Signals] = []
     loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
         site = web.TCPSite(runner, host, port)
         await site.start()
         if on_ready is not None:
             on_ready()
         await stop.wait()
+        log.info("stopping", extra={"signal": received[0].name})
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         await runner.cleanup()
+        log.info("http server stopped")

@@ -26,7 +26,9 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 
 from marketplace.auth import Principal, PrincipalKind, ResolvedApiKey
-from marketplace.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from marketplace.errors import Conflict, Forbidden, NotFound
+from marketplace.pagination import BIGINT_MAX, CursorKind, keyset_page
+from marketplace.storage.pool import Connection
 from marketplace.storage.repositories import api_keys as repo
 
 log = logging.getLogger(__name__)
@@ -158,7 +160,7 @@ async def create_key(
 
 
 async def get_owned_key(
-    conn: asyncpg.Pool | asyncpg.Connection, key_id: uuid.UUID, user_id: uuid.UUID
+    conn: asyncpg.Pool | Connection, key_id: uuid.UUID, user_id: uuid.UUID
 ) -> asyncpg.Record:
     return _owned(await repo.get_key(conn, key_id), user_id)
 
@@ -215,41 +217,26 @@ async def revoke_key(
 # --- usage audit ----------------------------------------------------------------------------
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_CURSOR_RE = re.compile(r"^(\d{1,20})_(\d{1,20})$")
+# The position (occurred_at in microseconds since the epoch, usage_id) of a page's last row.
+# Bounded by the last representable datetime, so decoding can never overflow.
+_MAX_MICROS = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
+USAGE_CURSOR = CursorKind("u1", (_MAX_MICROS, BIGINT_MAX))
 
 
-def encode_cursor(occurred_at: datetime, usage_id: int) -> str:
-    micros = (occurred_at - _EPOCH) // timedelta(microseconds=1)
-    return f"{micros}_{usage_id}"
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, int]:
-    match = _CURSOR_RE.match(cursor)
-    if match is None:
-        raise InvalidRequest(
-            "invalid query: cursor",
-            [
-                {
-                    "location": "query",
-                    "field": "cursor",
-                    "message": "not a cursor of this API",
-                    "type": "value_error",
-                }
-            ],
-        )
-    return _EPOCH + timedelta(microseconds=int(match[1])), int(match[2])
+def _usage_position(row: asyncpg.Record) -> tuple[int, int]:
+    return (row["occurred_at"] - _EPOCH) // timedelta(microseconds=1), row["usage_id"]
 
 
 async def usage_page(
     pool: asyncpg.Pool, key_id: uuid.UUID, *, limit: int, cursor: str | None
 ) -> tuple[list[asyncpg.Record], str | None]:
-    before = decode_cursor(cursor) if cursor else None
+    position = USAGE_CURSOR.position(cursor)
+    before = None
+    if position is not None:
+        micros, usage_id = position
+        before = (_EPOCH + timedelta(microseconds=micros), usage_id)
     rows = await repo.usage_page(pool, key_id, before=before, limit=limit + 1)
-    if len(rows) <= limit:
-        return rows, None
-    rows = rows[:limit]
-    last = rows[-1]
-    return rows, encode_cursor(last["occurred_at"], last["usage_id"])
+    return keyset_page(rows, limit, USAGE_CURSOR, _usage_position)
 
 
 class UsageRecorder:

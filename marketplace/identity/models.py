@@ -139,12 +139,15 @@ class UsernameCheckQuery(QueryModel):
     username: str = Field(description="candidate username")
 
 
+UsernameUnavailableReason = Literal["invalid_format", "taken"]
+
+
 class UsernameCheckResponse(ResponseModel):
     """Whether the caller could set this username now."""
 
     username: str
     available: bool
-    reason: Literal["invalid_format", "taken"] | None = Field(
+    reason: UsernameUnavailableReason | None = Field(
         default=None, description="why it is not available; null when available"
     )
 

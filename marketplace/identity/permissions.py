@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from marketplace.storage.pool import Connection
 from marketplace.storage.repositories import users as users_repo
 
 
@@ -19,7 +20,7 @@ class Flags:
     verifier_admin: bool
 
 
-async def flags_of(conn: asyncpg.Pool | asyncpg.Connection, user_id: uuid.UUID) -> Flags:
+async def flags_of(conn: asyncpg.Pool | Connection, user_id: uuid.UUID) -> Flags:
     row = await users_repo.get_flags(conn, user_id)
     if row is None:
         return Flags(False, False)
@@ -27,7 +28,7 @@ async def flags_of(conn: asyncpg.Pool | asyncpg.Connection, user_id: uuid.UUID) 
 
 
 async def set_flags(
-    conn: asyncpg.Pool | asyncpg.Connection,
+    conn: asyncpg.Pool | Connection,
     user_id: uuid.UUID,
     *,
     moderation_admin: bool | None,

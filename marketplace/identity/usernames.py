@@ -13,7 +13,7 @@ import uuid
 import asyncpg
 
 from marketplace.errors import Conflict
-from marketplace.identity.models import USERNAME_PATTERN
+from marketplace.identity.models import USERNAME_PATTERN, UsernameUnavailableReason
 from marketplace.storage.repositories import usernames as repo
 
 _USERNAME_RE = re.compile(USERNAME_PATTERN)
@@ -35,7 +35,9 @@ async def set_username(pool: asyncpg.Pool, user_id: uuid.UUID, username: str) ->
         raise UsernameTaken(f"username {username!r} is held by another user") from None
 
 
-async def availability(pool: asyncpg.Pool, caller: uuid.UUID, candidate: str) -> str | None:
+async def availability(
+    pool: asyncpg.Pool, caller: uuid.UUID, candidate: str
+) -> UsernameUnavailableReason | None:
     """None when ``caller`` could set ``candidate`` now, else the reason it could not."""
     if not is_valid(candidate):
         return "invalid_format"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import secrets
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 import asyncpg
 
@@ -25,10 +25,11 @@ from marketplace.chain.abi import ContractAbi
 from marketplace.chain.hashes import direct_config_hash, intent_config_hash
 from marketplace.errors import Conflict, Forbidden, NotFound, ServiceUnavailable
 from marketplace.records.access import caller_wallets, visible_project
+from marketplace.storage.pool import Connection
 from marketplace.storage.repositories import claims as repo
 from marketplace.storage.repositories import wallet_links
 
-INTENT_VERSION = "project_create_intent_v1"
+INTENT_VERSION: Final = "project_create_intent_v1"
 _CREATED = ContractAbi.load("MarketplaceRegistry").events["ProjectCreated"]
 # Statuses in which the owner may still edit the claimed metadata (docs/claims.md).
 EDITABLE_STATUSES = frozenset({"draft"})
@@ -166,7 +167,7 @@ async def _creation_from_chain(
 
 
 async def _check_intent(
-    conn: asyncpg.Connection,
+    conn: Connection,
     payload: dict[str, Any],
     project: str,
     created_ts: int,

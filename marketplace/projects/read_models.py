@@ -8,29 +8,27 @@ tests in tests/unit/projects/ test every row of it, and the SQL twin in
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any, TypeVar
 
 import asyncpg
 from pydantic import BaseModel
 
+from marketplace.pagination import BIGINT_MAX, INTEGER_MAX, CursorKind
 from marketplace.projects.models import MilestoneReadModel, ProjectReadModel, ProjectStatus
+from marketplace.storage.pool import Connection, Row
 from marketplace.storage.repositories import projects as projects_repo
 from marketplace.storage.repositories.projects import CHALLENGE_FALLBACK_SECONDS
 from marketplace.types import checksum_address
 
 __all__ = [
     "CHALLENGE_FALLBACK_SECONDS",
+    "PROJECT_LIST_CURSOR",
     "checksum",
-    "decode_cursor",
     "effective_status",
-    "encode_cursor",
     "milestone_model",
     "project_for_viewer",
     "project_model",
@@ -42,7 +40,7 @@ __all__ = [
 _DEADLINE_DRIVEN = frozenset({"bidding", "building"})
 
 
-def effective_status(row: Mapping[str, Any], now: int) -> ProjectStatus:
+def effective_status(row: Row, now: int) -> ProjectStatus:
     """The status clients gate actions on, derived from challenge-mode deadlines at ``now``.
 
     ``row`` needs ``project_mode``, ``status``, ``challenge_submission_deadline``,
@@ -177,9 +175,7 @@ def milestone_model(values: Sequence[Any]) -> MilestoneReadModel:
     )
 
 
-def project_model(
-    row: Mapping[str, Any], now: int, *, viewer_can_edit: bool | None = None
-) -> ProjectReadModel:
+def project_model(row: Row, now: int, *, viewer_can_edit: bool | None = None) -> ProjectReadModel:
     """The read model of one row of the project statements in ``repositories/projects.py``.
 
     ``viewer_can_edit`` is only given on detail reads by an authenticated caller; otherwise the
@@ -221,7 +217,7 @@ def project_model(
     )
 
 
-def viewer_can_edit_metadata(row: Mapping[str, Any]) -> bool:
+def viewer_can_edit_metadata(row: Row) -> bool:
     """Detail reads by an authenticated caller: an active link to the owner wallet and a stored
     status of draft."""
     return bool(row["viewer_is_owner"]) and row["status"] == "draft"
@@ -229,47 +225,13 @@ def viewer_can_edit_metadata(row: Mapping[str, Any]) -> bool:
 
 # --- listing cursor -------------------------------------------------------------------------------
 
-# A cursor is the position (created_block, created_log_index) of the last project of a page,
-# as "p1:<block>:<log index>" in unpadded base64url. Clients treat it as opaque.
-_CURSOR_VERSION = "p1"
-_CURSOR_RE = re.compile(r"^p1:(0|[1-9][0-9]{0,18}):(0|[1-9][0-9]{0,9})$")
-_MAX_BLOCK = 2**63 - 1  # bigint
-_MAX_LOG_INDEX = 2**31 - 1  # integer
-
-
-def encode_cursor(block: int, log_index: int) -> str:
-    if not (0 <= block <= _MAX_BLOCK and 0 <= log_index <= _MAX_LOG_INDEX):
-        raise ValueError(f"cursor position out of range: {block}, {log_index}")
-    raw = f"{_CURSOR_VERSION}:{block}:{log_index}".encode()
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def decode_cursor(cursor: str) -> tuple[int, int]:
-    """The (block, log index) a cursor points after; ValueError for anything this service did
-    not issue (bad base64, other version, non-canonical numbers, out of range)."""
-    if not cursor or len(cursor) > 200 or not cursor.isascii():
-        raise ValueError("malformed cursor")
-    padded = cursor + "=" * (-len(cursor) % 4)
-    try:
-        raw = base64.b64decode(padded, altchars=b"-_", validate=True)
-        text = raw.decode("ascii")
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise ValueError("malformed cursor") from None
-    match = _CURSOR_RE.match(text)
-    if match is None:
-        raise ValueError("malformed cursor")
-    block, log_index = int(match.group(1)), int(match.group(2))
-    if (
-        block > _MAX_BLOCK
-        or log_index > _MAX_LOG_INDEX
-        or encode_cursor(block, log_index) != cursor
-    ):
-        raise ValueError("malformed cursor")
-    return block, log_index
+# The position (created_block, created_log_index) of the last project of a page; the columns are
+# bigint and integer, which bound the parts a cursor may carry.
+PROJECT_LIST_CURSOR = CursorKind("p1", (BIGINT_MAX, INTEGER_MAX))
 
 
 async def project_for_viewer(
-    conn: asyncpg.Pool | asyncpg.Connection, viewer: uuid.UUID | None, project_address: str
+    conn: asyncpg.Pool | Connection, viewer: uuid.UUID | None, project_address: str
 ) -> ProjectReadModel | None:
     """The project as ``viewer`` (None: anonymous) may see it, or None when it is unknown or
     hidden; ``viewerCanEditMetadata`` is set only for an authenticated viewer."""

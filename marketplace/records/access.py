@@ -14,10 +14,9 @@ from dataclasses import dataclass
 import asyncpg
 
 from marketplace.records.errors import ProjectNotFound, WalletNotLinked
+from marketplace.storage.pool import Conn
 from marketplace.storage.repositories import project_parties
 from marketplace.storage.repositories import wallet_links as wallet_links_repo
-
-Conn = asyncpg.Pool | asyncpg.Connection
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from importlib import resources
 import asyncpg
 
 from marketplace.errors import MarketplaceError
+from marketplace.storage.pool import Connection
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def discover_migrations() -> list[Migration]:
     return found
 
 
-async def migrate(conn: asyncpg.Connection, migrations: list[Migration] | None = None) -> list[int]:
+async def migrate(conn: Connection, migrations: list[Migration] | None = None) -> list[int]:
     """Apply pending migrations; return the versions applied by this call."""
     migrations = discover_migrations() if migrations is None else migrations
     applied_now: list[int] = []

@@ -5,11 +5,30 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeAlias
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 log = logging.getLogger(__name__)
+
+# One connection, as asyncpg.connect() or pool.acquire() hands it out: what a transaction runs on.
+Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
+# Anything a single statement can run on: a connection, or the pool (which borrows one).
+Conn: TypeAlias = "asyncpg.Pool[asyncpg.Record] | Connection"
+# A row as the row -> model mappers read it: an asyncpg.Record straight from a query, or a plain
+# mapping (a dict a caller assembled). Record is no Mapping, neither at runtime nor in its stubs.
+Row: TypeAlias = "asyncpg.Record | Mapping[str, Any]"
+
+
+async def fetch_one(conn: Conn, query: str, *args: Any) -> asyncpg.Record:
+    """The row of a statement that always returns one (``INSERT ... RETURNING``, an aggregate)."""
+    row = await conn.fetchrow(query, *args)
+    if row is None:
+        raise RuntimeError("statement returned no row")
+    return row
+
 
 # Stored JSON is validated on the way in (free-form objects are at most 32 levels deep), but a
 # read must not fail because of what some older code or a manual edit stored: a value nested

@@ -119,3 +119,30 @@ async def probe_domain_error(call: Call[None, None, None]) -> EchoResponse:
 )
 async def probe_limited(call: Call[None, None, None]) -> EchoResponse:
     return _echo(call)
+
+
+@probe.get(
+    "/v1/_probe/stream",
+    name="probeStream",
+    summary="a streaming response that stays open for ?seconds",
+    auth=AuthMode.NONE,
+    response=None,
+    query=EchoQuery,
+    rate_limited=False,
+)
+async def probe_stream(call: Call[None, EchoQuery, None]) -> Any:
+    import asyncio
+
+    from aiohttp import web
+
+    from marketplace.http.streaming import open_stream
+
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await open_stream(call.request, response)
+    for index in range(call.query.limit):
+        await response.write(f"data: {index}\n\n".encode())
+        await asyncio.sleep(0.1)
+    if "fail" in call.query.tags:
+        raise MarketplaceError("broken after the head was sent")
+    await response.write_eof()
+    return response

@@ -74,7 +74,7 @@ async def test_token_without_exp_or_with_non_uuid_subject_is_refused(probe_clien
 
 async def test_alg_none_token_is_refused(probe_client: Any) -> None:
     token = jwt.encode(
-        {"sub": str(uuid.uuid4()), "exp": int(time.time()) + 60}, None, algorithm="none"
+        {"sub": str(uuid.uuid4()), "exp": int(time.time()) + 60}, "", algorithm="none"
     )
     resp = await probe_client.get("/v1/_probe/auth/either", headers=bearer(token))
     assert resp.status == 401
@@ -298,3 +298,20 @@ async def test_rate_limit_is_shared_across_frontends(
         ]
     )
     assert sorted(r.status for r in results) == [200, 200, 200, 429, 429, 429]
+
+
+async def test_the_app_serves_exactly_the_declared_capabilities(client: Any) -> None:
+    from marketplace.capabilities import CAPABILITIES, resolve
+
+    declared = [
+        (route.method, route.path)
+        for cap in CAPABILITIES
+        for ref in cap.routes
+        for route in resolve(ref).routes
+    ]
+    served = [(route.method, route.path) for route in client.app[keys.ROUTES]]
+    assert served[: len(declared)] == declared
+    # The legal-assent guard is installed from its declaration, not by its module.
+    from marketplace.http.routes.legal import legal_assent_guard
+
+    assert client.app[keys.GUARD_HOOKS] == [legal_assent_guard]

@@ -22,7 +22,7 @@ from eth_utils import keccak, to_checksum_address
 from web3 import Web3
 from web3.contract import Contract
 from web3.logs import DISCARD
-from web3.types import TxReceipt
+from web3.types import RPCEndpoint, TxReceipt
 
 from marketplace.chain import hashes
 from marketplace.chain.abi import abi_type
@@ -156,7 +156,7 @@ class Chain:
     # ---------------------------------------------------------------- plumbing
 
     def rpc(self, method: str, *params: Any) -> Any:
-        response = self.w3.provider.make_request(method, list(params))
+        response = self.w3.provider.make_request(RPCEndpoint(method), list(params))
         if "error" in response:
             raise RuntimeError(f"{method}: {response['error']}")
         return response["result"]
@@ -195,7 +195,7 @@ class Chain:
         }
         time = at if at is not None else self.now() + 1
         response = self.w3.provider.make_request(
-            "eth_call", [tx, "latest", {}, {"time": hex(time)}]
+            RPCEndpoint("eth_call"), [tx, "latest", {}, {"time": hex(time)}]
         )
         if "error" not in response:
             return None

@@ -56,3 +56,17 @@ async def test_killed_shard_is_restarted_and_service_answers_again(client: Any) 
     after = await shards.ping_all()
     assert after[0]["pid"] != before[0]["pid"]
     assert after[1]["pid"] == before[1]["pid"]
+
+
+def _recursion_limit(_actor: object) -> int:
+    import sys
+
+    return sys.getrecursionlimit()
+
+
+async def test_shard_actors_run_with_the_pinned_recursion_limit(client: Any) -> None:
+    from marketplace.interpreter import RECURSION_LIMIT
+
+    await client.app[keys.PROJECT_SHARDS].ping_all()
+    shard = ray.get_actor(shard_spec(0).name, namespace=client.app[keys.SETTINGS].ray_namespace)
+    assert await shard.__ray_call__.remote(_recursion_limit) == RECURSION_LIMIT

@@ -93,3 +93,15 @@ async def test_database_ahead_of_code_is_refused(scratch_dsn: str) -> None:
             await migrate(conn)
     finally:
         await conn.close()
+
+
+async def test_migrations_reproduce_the_schema_snapshot(scratch_dsn: str) -> None:
+    from marketplace.storage.schema import SNAPSHOT, dump_schema
+
+    await migrate_dsn(scratch_dsn)
+    dumped = await asyncio.to_thread(dump_schema, scratch_dsn)
+    assert "CREATE TABLE public.projects" in dumped
+    assert dumped == SNAPSHOT.read_text(encoding="utf-8"), (
+        "storage/schema.sql is stale: run `python -m marketplace.storage.schema --write` "
+        "against a freshly migrated database"
+    )

@@ -711,7 +711,7 @@ class Seeder:
     def _run_phase(
         self,
         name: str,
-        batch: list[tuple[ProjectPlan | None, Call]],
+        batch: Sequence[tuple[ProjectPlan | None, Call]],
         *,
         creation: bool = False,
     ) -> None:

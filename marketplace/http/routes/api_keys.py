@@ -213,9 +213,10 @@ def setup(app: web.Application) -> None:
     app[USAGE_RECORDER] = recorder
     app[keys.AFTER_REQUEST_HOOKS].append(_usage_hook(recorder))
 
-    async def usage_writer(app: web.Application) -> AsyncIterator[None]:
-        recorder.start()
-        yield
-        await recorder.stop()
 
-    app.cleanup_ctx.append(usage_writer)
+async def usage_writer(app: web.Application) -> AsyncIterator[None]:
+    """Writes the buffered usage audit in batches; the last batch on shutdown."""
+    recorder = app[USAGE_RECORDER]
+    recorder.start()
+    yield
+    await recorder.stop()

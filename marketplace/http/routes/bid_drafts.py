@@ -3,9 +3,6 @@ listing straight from Postgres. Rules in marketplace.records.bid_drafts; docs/re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from marketplace.http import keys
 from marketplace.http.routing import AuthMode, Call, RouteTable
 from marketplace.records import bid_drafts
@@ -25,11 +22,12 @@ from marketplace.records.models import (
     BidDraftUpsertRequest,
     ProjectAddressPath,
 )
+from marketplace.storage.pool import Row
 
 routes = RouteTable(tag="bid-drafts")
 
 
-def bid_draft_record(row: Mapping[str, Any]) -> BidDraftRecord:
+def bid_draft_record(row: Row) -> BidDraftRecord:
     return BidDraftRecord(
         id=row["draft_id"],
         projectAddress=row["project_address"],

@@ -4,9 +4,6 @@ marketplace.records.challenge_submissions; docs/records.md."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from marketplace.http import keys
 from marketplace.http.routing import AuthMode, Call, RouteTable
 from marketplace.records import challenge_submissions
@@ -24,11 +21,12 @@ from marketplace.records.models import (
     ChallengeSubmissionUpsertRequest,
     ProjectAddressPath,
 )
+from marketplace.storage.pool import Row
 
 routes = RouteTable(tag="challenge-submissions")
 
 
-def submission_record(row: Mapping[str, Any]) -> ChallengeSubmissionRecord:
+def submission_record(row: Row) -> ChallengeSubmissionRecord:
     return ChallengeSubmissionRecord(
         id=row["submission_id"],
         projectAddress=row["project_address"],

@@ -4,7 +4,6 @@ marketplace.records.dispute_evidence; docs/records.md."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from marketplace.http import keys
@@ -28,11 +27,12 @@ from marketplace.records.models import (
     ProjectAddressPath,
     SubmitterRole,
 )
+from marketplace.storage.pool import Row
 
 routes = RouteTable(tag="dispute-evidence")
 
 
-def evidence_record(row: Mapping[str, Any]) -> DisputeEvidenceRecord:
+def evidence_record(row: Row) -> DisputeEvidenceRecord:
     return DisputeEvidenceRecord(
         id=row["evidence_id"],
         projectAddress=row["project_address"],

@@ -7,6 +7,7 @@ the actor restarts, and it is the same on every frontend.
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 from aiohttp import web
@@ -92,17 +93,20 @@ async def get_indexer_status(call: Call[None, None, None]) -> IndexerStatusRespo
 
 
 def setup(app: web.Application) -> None:
-    async def start_indexer(app: web.Application) -> None:
-        settings = app[keys.SETTINGS]
-        if not (settings.indexer_enabled and settings.chain_rpc_url and settings.registry_address):
-            log.info("chain indexer not started: no chain configured")
-            return
+    app[keys.METRICS_REFRESHERS].append(mirror_indexer_metrics)
+
+
+async def indexer_actor(app: web.Application) -> AsyncIterator[None]:
+    """Makes sure the deployment's one indexer actor runs. It outlives this frontend (detached):
+    other frontends share it, so stopping one frontend must not stop indexing."""
+    settings = app[keys.SETTINGS]
+    if settings.indexer_enabled and settings.chain_rpc_url and settings.registry_address:
         runtime = app[keys.ACTORS]
         # get-if-exists: every frontend asks, exactly one actor runs.
         runtime.handle(INDEXER_SPEC, runtime.actor_settings())
-
-    app.on_startup.append(start_indexer)
-    app[keys.METRICS_REFRESHERS].append(mirror_indexer_metrics)
+    else:
+        log.info("chain indexer not started: no chain configured")
+    yield
 
 
 async def mirror_indexer_metrics(app: web.Application) -> None:

@@ -158,8 +158,9 @@ async def accept_document(call: Call[LegalAcceptRequest, None, None]) -> LegalAc
 
 
 async def legal_assent_guard(call: Call[object, object, object]) -> None:
-    """GUARD_HOOKS entry: runs for every guarded mutation after the verified-email check and
-    before validation, so implied assent is recorded even if the request then fails."""
+    """The ``legal_assent`` guard (see marketplace.capabilities): runs for every guarded mutation
+    after the verified-email check and before validation, so implied assent is recorded even if
+    the request then fails."""
     await legal.enforce(
         call.pool,
         call.app[LEGAL_CATALOG],
@@ -173,4 +174,3 @@ def setup(app: web.Application) -> None:
     # Loaded and checked against the configuration now: a required version without a file
     # stops the app from being built.
     app[LEGAL_CATALOG] = legal.load_catalog(app[keys.SETTINGS].legal_required_versions)
-    app[keys.GUARD_HOOKS].append(legal_assent_guard)

@@ -273,7 +273,9 @@ async def delete_create_intent(
     )
 
 
-async def _project_view(call: Call, address: str) -> ProjectReadModel | None:  # type: ignore[type-arg]
+async def _project_view(
+    call: Call[Any, None, ProjectPath], address: str
+) -> ProjectReadModel | None:
     viewer = call.principal.user_id if call.principal is not None else None
     return await project_for_viewer(call.pool, viewer, address)
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import time
 
-from marketplace.errors import InvalidRequest, NotFound
+from marketplace.errors import NotFound
 from marketplace.http.routing import AuthMode, Call, RouteTable
+from marketplace.pagination import keyset_page
 from marketplace.projects.models import (
     MilestoneListResponse,
     ProjectListQuery,
@@ -20,8 +21,7 @@ from marketplace.projects.models import (
     ProjectReadModel,
 )
 from marketplace.projects.read_models import (
-    decode_cursor,
-    encode_cursor,
+    PROJECT_LIST_CURSOR,
     project_for_viewer,
     project_model,
 )
@@ -30,25 +30,6 @@ from marketplace.storage.repositories import projects as projects_repo
 routes = RouteTable(tag="projects")
 
 NOT_VISIBLE = "project not found"
-
-
-def _cursor_position(cursor: str | None) -> tuple[int, int] | None:
-    if cursor is None:
-        return None
-    try:
-        return decode_cursor(cursor)
-    except ValueError:
-        raise InvalidRequest(
-            "invalid query: query.cursor",
-            [
-                {
-                    "location": "query",
-                    "field": "cursor",
-                    "message": "not a cursor issued by this service; pass `nextCursor` unchanged",
-                    "type": "value_error",
-                }
-            ],
-        ) from None
 
 
 @routes.get(
@@ -71,7 +52,11 @@ def _cursor_position(cursor: str | None) -> tuple[int, int] | None:
 )
 async def list_projects(call: Call[None, ProjectListQuery, None]) -> ProjectListResponse:
     query = call.query
-    after = _cursor_position(query.cursor)
+    position = PROJECT_LIST_CURSOR.position(query.cursor)
+    after = None
+    if position is not None:
+        block, log_index = position
+        after = (block, log_index)
     now = int(time.time())
     viewer = call.principal.user_id if call.principal is not None else None
     filters = projects_repo.ListFilters(
@@ -83,11 +68,12 @@ async def list_projects(call: Call[None, ProjectListQuery, None]) -> ProjectList
     page = await projects_repo.list_projects(
         call.pool, viewer=viewer, filters=filters, after=after, limit=query.limit + 1
     )
-    rows = page.rows[: query.limit]
-    next_cursor = None
-    if len(page.rows) > query.limit:
-        last = rows[-1]
-        next_cursor = encode_cursor(last["created_block"], last["created_log_index"])
+    rows, next_cursor = keyset_page(
+        page.rows,
+        query.limit,
+        PROJECT_LIST_CURSOR,
+        lambda row: (row["created_block"], row["created_log_index"]),
+    )
     return ProjectListResponse(
         items=[project_model(row, now) for row in rows], count=page.total, nextCursor=next_cursor
     )

@@ -6,6 +6,7 @@ import asyncio
 import functools
 import gzip
 import hashlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -136,16 +137,17 @@ def api_description(routes: list[Route]) -> str:
 
 
 def setup(app: web.Application) -> None:
-    async def build_document(app: web.Application) -> None:
-        from marketplace.http.app import ROUTES
-
-        routes = app[ROUTES]
-        app[_OPENAPI_DOCUMENT] = build_openapi(
-            routes, title=API_TITLE, description=api_description(routes)
-        )
-
-    app.on_startup.append(build_document)
+    # The UI's static assets: served by path, outside the route table (not API operations).
     app.router.add_get(DOCS_STATIC_PREFIX + "/{bundle}/{name}", get_docs_asset, name="getDocsAsset")
+
+
+async def openapi_document(app: web.Application) -> AsyncIterator[None]:
+    """Built once at start-up, from the routes the app really registered."""
+    routes = app[keys.ROUTES]
+    app[_OPENAPI_DOCUMENT] = build_openapi(
+        routes, title=API_TITLE, description=api_description(routes)
+    )
+    yield
 
 
 @routes.get(

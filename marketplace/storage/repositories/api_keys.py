@@ -8,7 +8,7 @@ from datetime import datetime
 
 import asyncpg
 
-Conn = asyncpg.Pool | asyncpg.Connection
+from marketplace.storage.pool import Conn, Connection, fetch_one
 
 _KEY_COLUMNS = (
     "key_id, user_id, name, key_prefix, key_last4, created_at, rotated_at, last_used_at, revoked_at"
@@ -122,12 +122,12 @@ async def list_keys(conn: Conn, user_id: uuid.UUID) -> list[asyncpg.Record]:
     return await conn.fetch(SELECT_KEYS_OF_USER, user_id)
 
 
-async def lock_key(conn: asyncpg.Connection, key_id: uuid.UUID) -> asyncpg.Record | None:
+async def lock_key(conn: Connection, key_id: uuid.UUID) -> asyncpg.Record | None:
     return await conn.fetchrow(SELECT_KEY_FOR_UPDATE, key_id)
 
 
 async def rotate_secret(
-    conn: asyncpg.Connection,
+    conn: Connection,
     key_id: uuid.UUID,
     *,
     grace_seconds: int,
@@ -144,7 +144,7 @@ async def rotate_secret(
     await conn.execute(DELETE_EXPIRED_SECRETS, key_id)
     await conn.execute(EXPIRE_SECRETS, key_id, valid_until)
     await conn.execute(INSERT_SECRET, secret_hash, key_id)
-    row = await conn.fetchrow(MARK_ROTATED, key_id, key_prefix, key_last4)
+    row = await fetch_one(conn, MARK_ROTATED, key_id, key_prefix, key_last4)
     return row, valid_until
 
 

@@ -6,7 +6,7 @@ import uuid
 
 import asyncpg
 
-Conn = asyncpg.Pool | asyncpg.Connection
+from marketplace.storage.pool import Conn, Connection
 
 COLUMNS = """draft_id, project_address, bidder_address, draft_hash, artifact_uri, notes,
     created_at, updated_at"""
@@ -39,7 +39,7 @@ ORDER BY created_at, draft_id
 
 
 async def upsert(
-    conn: asyncpg.Connection,
+    conn: Connection,
     *,
     project_address: str,
     bidder_address: str,

@@ -6,7 +6,7 @@ import uuid
 
 import asyncpg
 
-Conn = asyncpg.Pool | asyncpg.Connection
+from marketplace.storage.pool import Conn, Connection
 
 COLUMNS = """submission_id, project_address, submitter_address, submission_hash, artifact_uri,
     notes, created_at, updated_at"""
@@ -46,7 +46,7 @@ async def get(conn: Conn, project_address: str, submitter_address: str) -> async
 
 
 async def upsert(
-    conn: asyncpg.Connection,
+    conn: Connection,
     *,
     project_address: str,
     submitter_address: str,

@@ -8,7 +8,7 @@ from typing import Any
 
 import asyncpg
 
-Conn = asyncpg.Connection | asyncpg.Pool
+from marketplace.storage.pool import Conn, Connection, fetch_one
 
 INSERT_INTENT = """
 INSERT INTO project_create_intents (intent_id, user_id, intent_nonce, expires_at)
@@ -68,16 +68,14 @@ SELECT project_address FROM projects WHERE config_hash = $1 AND project_address 
 async def insert_intent(
     conn: Conn, intent_id: uuid.UUID, user_id: uuid.UUID, nonce: str, expires_at: datetime
 ) -> asyncpg.Record:
-    return await conn.fetchrow(INSERT_INTENT, intent_id, user_id, nonce, expires_at)
+    return await fetch_one(conn, INSERT_INTENT, intent_id, user_id, nonce, expires_at)
 
 
-async def intent_for_update(
-    conn: asyncpg.Connection, intent_id: uuid.UUID
-) -> asyncpg.Record | None:
+async def intent_for_update(conn: Connection, intent_id: uuid.UUID) -> asyncpg.Record | None:
     return await conn.fetchrow(SELECT_INTENT_FOR_UPDATE, intent_id)
 
 
-async def use_intent(conn: asyncpg.Connection, intent_id: uuid.UUID, project: str) -> bool:
+async def use_intent(conn: Connection, intent_id: uuid.UUID, project: str) -> bool:
     return await conn.execute(USE_INTENT, intent_id, project) == "UPDATE 1"
 
 
@@ -85,7 +83,7 @@ async def metadata(conn: Conn, project: str) -> asyncpg.Record | None:
     return await conn.fetchrow(SELECT_METADATA, project)
 
 
-async def insert_metadata(conn: asyncpg.Connection, **values: Any) -> None:
+async def insert_metadata(conn: Connection, **values: Any) -> None:
     await conn.execute(
         INSERT_METADATA,
         values["project_address"],

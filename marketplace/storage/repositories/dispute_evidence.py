@@ -7,7 +7,7 @@ from typing import Any
 
 import asyncpg
 
-Conn = asyncpg.Pool | asyncpg.Connection
+from marketplace.storage.pool import Conn
 
 COLUMNS = """evidence_id, project_address, milestone_index, submitter_address, submitter_role,
     evidence_hash, evidence_payload, created_at"""

@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg
 
 from marketplace.indexer.snapshot import MilestoneRow, ProjectCreation, ProjectRow
+from marketplace.storage.pool import Conn, Connection
 
 SELECT_CURSOR = """
 SELECT chain_id, registry_address, start_block, last_synced_block, head_block,
@@ -124,8 +125,6 @@ ON CONFLICT (project_address, milestone_index) DO UPDATE SET
     attested_on_chain = EXCLUDED.attested_on_chain
 """
 
-Conn = asyncpg.Connection | asyncpg.Pool
-
 
 async def get_cursor(conn: Conn, chain_id: int) -> asyncpg.Record | None:
     return await conn.fetchrow(SELECT_CURSOR, chain_id)
@@ -198,7 +197,7 @@ async def existing_creations(conn: Conn, addresses: Sequence[str]) -> dict[str, 
 
 
 async def upsert_snapshots(
-    conn: asyncpg.Connection,
+    conn: Connection,
     chain_id: int,
     snapshots: Sequence[tuple[ProjectRow, list[MilestoneRow], ProjectCreation]],
     *,
@@ -240,8 +239,8 @@ async def upsert_snapshots(
         for m in milestones:
             # Field by field: dataclasses.astuple deep-copies every value (all immutable here).
             values = [getattr(m, name) for name in _MILESTONE_COLUMNS]
-            for column, value in zip(milestone_columns, values, strict=True):
-                column.append(value)
+            for values_of_column, value in zip(milestone_columns, values, strict=True):
+                values_of_column.append(value)
     if milestone_columns[0]:
         await conn.execute(UPSERT_MILESTONES, *milestone_columns)
     return written

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import asyncpg
 
-Conn = asyncpg.Pool | asyncpg.Connection
+from marketplace.storage.pool import Conn
 
 _COLUMNS = "document_type, version, kind, accepted_at, accepted_via, api_key_id, trigger_route"
 

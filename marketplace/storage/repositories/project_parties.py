@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncpg
 
-Conn = asyncpg.Pool | asyncpg.Connection
+from marketplace.storage.pool import Conn
 
 SELECT_PROJECT_PARTIES = """
 SELECT project_address, owner_address, status, project_mode, bidding_access,

@@ -32,7 +32,7 @@ from functools import cache
 
 import asyncpg
 
-Conn = asyncpg.Pool | asyncpg.Connection
+from marketplace.storage.pool import Conn
 
 # Fallback window after the owner-response deadline of a challenge (spec section 8).
 CHALLENGE_FALLBACK_SECONDS = 5 * 24 * 3600

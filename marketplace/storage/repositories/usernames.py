@@ -6,7 +6,7 @@ import uuid
 
 import asyncpg
 
-Conn = asyncpg.Pool | asyncpg.Connection
+from marketplace.storage.pool import Conn, fetch_one
 
 # The unique index on lower(username) is what decides between two users claiming one name at
 # once; this constant lets callers recognise that violation.
@@ -56,5 +56,5 @@ async def set_username(conn: asyncpg.Pool, user_id: uuid.UUID, username: str) ->
                 raise UsernameTakenViolation(username) from None
             raise
         if row is None:
-            row = await c.fetchrow(SELECT_BY_USER, user_id)
+            row = await fetch_one(c, SELECT_BY_USER, user_id)
     return row

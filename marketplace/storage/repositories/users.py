@@ -7,6 +7,8 @@ from collections import OrderedDict
 
 import asyncpg
 
+from marketplace.storage.pool import Connection, fetch_one
+
 UPSERT_SESSION_USER = """
 INSERT INTO users (user_id, email_verified, session_iat) VALUES ($1, $2, $3)
 ON CONFLICT (user_id) DO UPDATE
@@ -54,17 +56,15 @@ def forget_cached_sessions() -> None:
     _seen.clear()
 
 
-async def get_flags(
-    conn: asyncpg.Pool | asyncpg.Connection, user_id: uuid.UUID
-) -> asyncpg.Record | None:
+async def get_flags(conn: asyncpg.Pool | Connection, user_id: uuid.UUID) -> asyncpg.Record | None:
     return await conn.fetchrow(SELECT_USER_FLAGS, user_id)
 
 
 async def set_admin_flags(
-    conn: asyncpg.Pool | asyncpg.Connection,
+    conn: asyncpg.Pool | Connection,
     user_id: uuid.UUID,
     *,
     moderation_admin: bool | None,
     verifier_admin: bool | None,
 ) -> asyncpg.Record:
-    return await conn.fetchrow(SET_ADMIN_FLAGS, user_id, moderation_admin, verifier_admin)
+    return await fetch_one(conn, SET_ADMIN_FLAGS, user_id, moderation_admin, verifier_admin)

@@ -11,7 +11,7 @@ from datetime import datetime
 
 import asyncpg
 
-Conn = asyncpg.Pool | asyncpg.Connection
+from marketplace.storage.pool import Conn, Connection, fetch_one
 
 INSERT_CHALLENGE = """
 INSERT INTO wallet_link_challenges
@@ -110,12 +110,12 @@ async def get_challenge(conn: Conn, challenge_id: uuid.UUID) -> asyncpg.Record |
 
 
 async def consume_challenge(
-    conn: asyncpg.Connection, challenge_id: uuid.UUID, user_id: uuid.UUID
+    conn: Connection, challenge_id: uuid.UUID, user_id: uuid.UUID
 ) -> asyncpg.Record | None:
     return await conn.fetchrow(CONSUME_CHALLENGE, challenge_id, user_id)
 
 
-async def lock_wallet(conn: asyncpg.Connection, wallet: str) -> None:
+async def lock_wallet(conn: Connection, wallet: str) -> None:
     await conn.execute(LOCK_WALLET, wallet)
 
 
@@ -123,23 +123,23 @@ async def active_link_of_wallet(conn: Conn, wallet: str) -> asyncpg.Record | Non
     return await conn.fetchrow(SELECT_ACTIVE_LINK_OF_WALLET, wallet)
 
 
-async def supersede_link(conn: asyncpg.Connection, link_id: uuid.UUID) -> None:
+async def supersede_link(conn: Connection, link_id: uuid.UUID) -> None:
     await conn.execute(SUPERSEDE_LINK, link_id)
 
 
 async def refresh_link(
-    conn: asyncpg.Connection,
+    conn: Connection,
     link_id: uuid.UUID,
     *,
     chain_id: int,
     method: str,
     challenge_id: uuid.UUID,
 ) -> asyncpg.Record:
-    return await conn.fetchrow(REFRESH_LINK, link_id, chain_id, method, challenge_id)
+    return await fetch_one(conn, REFRESH_LINK, link_id, chain_id, method, challenge_id)
 
 
 async def insert_link(
-    conn: asyncpg.Connection,
+    conn: Connection,
     *,
     user_id: uuid.UUID,
     wallet: str,
@@ -147,7 +147,7 @@ async def insert_link(
     method: str,
     challenge_id: uuid.UUID,
 ) -> asyncpg.Record:
-    return await conn.fetchrow(INSERT_LINK, user_id, wallet, chain_id, method, challenge_id)
+    return await fetch_one(conn, INSERT_LINK, user_id, wallet, chain_id, method, challenge_id)
 
 
 async def list_active_links(conn: Conn, user_id: uuid.UUID) -> list[asyncpg.Record]:

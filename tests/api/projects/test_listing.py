@@ -9,7 +9,7 @@ import asyncpg
 from eth_utils import to_checksum_address
 
 from marketplace.projects.models import ProjectListResponse
-from marketplace.projects.read_models import encode_cursor
+from marketplace.projects.read_models import PROJECT_LIST_CURSOR
 from tests.api.projects import seed
 from tests.api.projects.contract import conforms
 
@@ -125,12 +125,12 @@ async def test_no_repeat_or_skip_while_new_projects_are_indexed(
 
 async def test_cursor_pointing_after_everything(client: Any, db: asyncpg.Connection) -> None:
     await _seed_many(db, 2)
-    page = await _page(client, f"?cursor={encode_cursor(0, 0)}")
+    page = await _page(client, f"?cursor={PROJECT_LIST_CURSOR.encode(0, 0)}")
     assert page == {"items": [], "count": 2, "nextCursor": None}
 
 
 async def test_malformed_cursor_is_400(client: Any, db: asyncpg.Connection) -> None:
-    for cursor in ("zz", "cDE6NQ", " ", "x" * 201, encode_cursor(5, 1) + "A", ""):
+    for cursor in ("zz", "cDE6NQ", " ", "x" * 201, PROJECT_LIST_CURSOR.encode(5, 1) + "A", ""):
         resp = await client.get("/v1/projects", params={"cursor": cursor})
         assert resp.status == 400, cursor
         body = await resp.json()

@@ -242,7 +242,7 @@ async def test_an_agent_key_acts_for_its_user(client: Any, db: asyncpg.Connectio
 async def test_field_limits(client: Any, db: asyncpg.Connection) -> None:
     bidder = await linked_party(client)
     project = await seed_project(db)
-    ok = [
+    ok: list[dict[str, Any]] = [
         {"artifactUri": "https://" + "a" * (1024 - len("https://"))},
         {"artifactUri": "ipfs://cid"},
         {"notes": "é" * 4000},
@@ -252,7 +252,7 @@ async def test_field_limits(client: Any, db: asyncpg.Connection) -> None:
     for extra in ok:
         resp = await post_draft(client, bidder, project, **extra)
         assert resp.status == 200, (extra, await resp.text())
-    bad = [
+    bad: list[dict[str, Any]] = [
         {"artifactUri": "https://" + "a" * (1025 - len("https://"))},
         {"artifactUri": "http://example.com/a"},
         {"artifactUri": "HTTPS://example.com/a"},
@@ -285,4 +285,5 @@ async def test_field_limits(client: Any, db: asyncpg.Connection) -> None:
     )
     assert await error_code(resp, 400) == "invalid_request"
     stored = await db.fetchrow("SELECT artifact_uri, notes FROM bid_drafts")
+    assert stored is not None
     assert tuple(stored) == (None, None)

@@ -248,7 +248,7 @@ async def test_evidence_validation(client: Any, db: asyncpg.Connection) -> None:
     assert len(json.dumps(blob(64_000), ensure_ascii=False, separators=(",", ":")).encode()) == (
         64_000
     )
-    bad = [
+    bad: list[dict[str, Any]] = [
         {"evidenceHash": ZERO_HASH},
         {"evidenceHash": ZERO_HASH, "payload": {"a": 1}},
         {"milestoneIndex": 1, "submitterAddress": owner.address, "evidenceHash": ZERO_HASH},

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -10,56 +9,43 @@ import asyncpg
 import pytest
 from eth_account import Account
 from eth_account.messages import encode_defunct
-from web3 import Web3
 
 from marketplace.chain.anvil import AnvilProcess
-from marketplace.chain.deploy import ANVIL_PRIVATE_KEYS, Deployment, deploy_dev_defaults
+from marketplace.chain.deploy import Deployment
 from marketplace.chain.rpc import JsonRpcClient
+from marketplace.config import Settings
 from marketplace.http.app import create_app
-from marketplace.indexer.engine import IndexerConfig, IndexerEngine
+from marketplace.indexer.engine import IndexerEngine
 from marketplace.storage.pool import create_pool
-from tests.conftest import Servers, make_settings, reset_state
+from tests.conftest import Servers, reset_state
 from tests.contracts.helpers import Chain
-
-KEY_OF = {Account.from_key(k).address: k for k in ANVIL_PRIVATE_KEYS}
+from tests.support.chain import (
+    KEY_OF,
+    indexer_config,
+    reverting_chain,
+    start_devnet,
+    sync,
+)
+from tests.support.chain import chain_settings as support_chain_settings
 
 
 @pytest.fixture(scope="module")
 def devnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AnvilProcess, Deployment]]:
-    with AnvilProcess(tmp_path_factory.mktemp("claims-anvil")) as process:
-        w3 = Web3(Web3.HTTPProvider(process.rpc_url, request_kwargs={"timeout": 30}))
-        yield process, deploy_dev_defaults(w3)
+    with start_devnet(tmp_path_factory.mktemp("claims-anvil")) as started:
+        yield started
 
 
 @pytest.fixture
 def chain(devnet: tuple[AnvilProcess, Deployment]) -> Iterator[Chain]:
-    process, deployment = devnet
-    driver = Chain(Web3(Web3.HTTPProvider(process.rpc_url)), deployment)
-    snapshot = driver.rpc("evm_snapshot")
-    # A revert also rewinds anvil's clock; keep block times close to the server's clock, which
-    # the claim's intent checks compare them with.
-    driver.rpc("evm_setNextBlockTimestamp", max(driver.now() + 1, int(time.time())))
-    driver.rpc("evm_mine")
-    try:
+    # The claim's intent checks compare block times with the server's clock.
+    with reverting_chain(devnet[0].rpc_url, devnet[1], align_clock=True) as driver:
         yield driver
-    finally:
-        driver.rpc("evm_revert", snapshot)
 
 
 def chain_settings(
     servers: Servers, devnet: tuple[AnvilProcess, Deployment], namespace: str, **extra: Any
-) -> Any:
-    process, deployment = devnet
-    return make_settings(
-        servers,
-        ray_namespace=namespace,
-        chain_rpc_url=process.rpc_url,
-        chain_id=deployment.chain_id,
-        registry_address=deployment.registry,
-        chain_start_block=deployment.start_block,
-        indexer_enabled=False,
-        **extra,
-    )
+) -> Settings:
+    return support_chain_settings(servers, *devnet, namespace, **extra)
 
 
 @pytest.fixture
@@ -81,25 +67,12 @@ async def indexer(
     process, deployment = devnet
     pool = await create_pool(servers.database_url, min_size=1, max_size=2)
     rpc = JsonRpcClient(process.rpc_url)
-    engine = IndexerEngine(
-        IndexerConfig(
-            chain_id=deployment.chain_id,
-            rpc_url=process.rpc_url,
-            registry_address=deployment.registry,
-            start_block=deployment.start_block,
-        ),
-        pool,
-        rpc,
-    )
+    engine = IndexerEngine(indexer_config(process, deployment), pool, rpc)
 
-    async def sync() -> None:
-        for _ in range(50):
-            result = await engine.sync_once()
-            if not result.behind and not result.reorg:
-                return
-        raise AssertionError("indexer did not catch up")
+    async def sync_engine() -> None:
+        await sync(engine)
 
-    yield sync
+    yield sync_engine
     await rpc.close()
     await pool.close()
 

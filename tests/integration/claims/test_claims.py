@@ -80,7 +80,9 @@ def intent_claim(
     }
 
 
-async def claim(client: Any, project: str, body: dict[str, Any], headers: dict[str, str]) -> Any:
+async def claim(
+    client: Any, project: str, body: dict[str, Any] | list[Any], headers: dict[str, str]
+) -> Any:
     return await client.post(f"/v1/projects/{project}/claim", json=body, headers=headers)
 
 
@@ -525,7 +527,8 @@ async def test_withdrawing_an_intent(app_client: Any, chain: Chain, indexer: Any
 
 async def test_a_shapeless_claim_body_names_the_mode_field(app_client: Any, chain: Chain) -> None:
     user = await owner_user(app_client, chain)
-    for body in ({}, {"mode": "other"}, {"title": "x"}, []):
+    bodies: tuple[dict[str, Any] | list[Any], ...] = ({}, {"mode": "other"}, {"title": "x"}, [])
+    for body in bodies:
         resp = await claim(app_client, "0x" + "12" * 20, body, user.headers)
         error = await resp.json()
         assert resp.status == 400, error

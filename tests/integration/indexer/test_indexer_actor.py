@@ -107,3 +107,20 @@ async def test_new_heads_subscription_beats_the_poll_interval(
 
     elapsed = await wait_for(visible, 10)
     assert elapsed < 5, "a 60 s poll interval would not have seen it this fast"
+
+
+def _recursion_limit(_actor: object) -> int:
+    import sys
+
+    return sys.getrecursionlimit()
+
+
+async def test_the_indexer_actor_runs_with_the_pinned_recursion_limit(
+    indexer_runtime: ActorRuntime,
+) -> None:
+    # The actor imports web3 (and so py_ecc, which raises the limit to 100000); decoding a deeply
+    # nested RPC answer with that limit would segfault the actor instead of raising.
+    from marketplace.interpreter import RECURSION_LIMIT
+
+    indexer = indexer_runtime.handle(INDEXER_SPEC, indexer_runtime.actor_settings())
+    assert await indexer.__ray_call__.remote(_recursion_limit) == RECURSION_LIMIT

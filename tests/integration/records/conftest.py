@@ -13,24 +13,24 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
 import ray
 from eth_account import Account
-from web3 import Web3
 
 from marketplace.chain.anvil import AnvilProcess
-from marketplace.chain.deploy import Deployment, deploy_dev_defaults
+from marketplace.chain.deploy import Deployment
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
-from marketplace.indexer.engine import IndexerConfig, IndexerEngine
+from marketplace.indexer.engine import IndexerEngine
 from marketplace.storage.pool import create_pool
 from tests.api.identity.conftest import Wallet, link_wallet
-from tests.conftest import Servers, User, make_settings, new_user
+from tests.conftest import Servers, User, new_user
 from tests.contracts.helpers import KEYS, Chain
+from tests.support.chain import chain_settings as support_chain_settings
+from tests.support.chain import indexer_config, reverting_chain, start_devnet
 
 SHARDS = 2
 
@@ -44,11 +44,10 @@ class Devnet:
 
 @pytest.fixture(scope="package")
 def devnet(tmp_path_factory: pytest.TempPathFactory, ray_cluster: None) -> Iterator[Devnet]:
-    data_dir: Path = tmp_path_factory.mktemp("records-anvil")
     namespace = f"records-test-{uuid.uuid4().hex[:8]}"
-    with AnvilProcess(data_dir, silent=True) as process:
-        w3 = Web3(Web3.HTTPProvider(process.rpc_url, request_kwargs={"timeout": 30}))
-        yield Devnet(process, deploy_dev_defaults(w3, fee_rate_bps=250), namespace)
+    data_dir = tmp_path_factory.mktemp("records-anvil")
+    with start_devnet(data_dir, silent=True, fee_rate_bps=250) as (process, deployment):
+        yield Devnet(process, deployment, namespace)
     # Only the shard actors this package's apps created, found by name in its own namespace.
     for index in range(SHARDS):
         with contextlib.suppress(ValueError):
@@ -57,27 +56,14 @@ def devnet(tmp_path_factory: pytest.TempPathFactory, ray_cluster: None) -> Itera
 
 @pytest.fixture
 def chain(devnet: Devnet) -> Iterator[Chain]:
-    w3 = Web3(Web3.HTTPProvider(devnet.process.rpc_url, request_kwargs={"timeout": 30}))
-    driver = Chain(w3, devnet.deployment)
-    snapshot = driver.rpc("evm_snapshot")
-    try:
+    with reverting_chain(devnet.process.rpc_url, devnet.deployment) as driver:
         yield driver
-    finally:
-        driver.rpc("evm_revert", snapshot)
 
 
 @pytest.fixture
 def chain_settings(servers: Servers, devnet: Devnet) -> Settings:
-    deployment = devnet.deployment
-    return make_settings(
-        servers,
-        ray_namespace=devnet.namespace,
-        project_shards=SHARDS,
-        chain_rpc_url=devnet.process.rpc_url,
-        chain_id=deployment.chain_id,
-        registry_address=deployment.registry,
-        chain_start_block=deployment.start_block,
-        indexer_enabled=False,
+    return support_chain_settings(
+        servers, devnet.process, devnet.deployment, devnet.namespace, project_shards=SHARDS
     )
 
 
@@ -99,26 +85,9 @@ async def pool(servers: Servers, client: Any) -> AsyncIterator[asyncpg.Pool]:
 
 @pytest.fixture
 async def engine(devnet: Devnet, pool: asyncpg.Pool) -> AsyncIterator[IndexerEngine]:
-    deployment = devnet.deployment
-    config = IndexerConfig(
-        chain_id=deployment.chain_id,
-        rpc_url=devnet.process.rpc_url,
-        registry_address=deployment.registry,
-        start_block=deployment.start_block,
-        poll_interval_ms=100,
-    )
     rpc = JsonRpcClient(devnet.process.rpc_url)
-    yield IndexerEngine(config, pool, rpc)
+    yield IndexerEngine(indexer_config(devnet.process, devnet.deployment), pool, rpc)
     await rpc.close()
-
-
-async def sync(engine: IndexerEngine) -> None:
-    """Index until the read model has caught up with the chain head."""
-    for _ in range(100):
-        result = await engine.sync_once()
-        if not result.behind and not result.reorg:
-            return
-    raise AssertionError("indexer did not catch up")
 
 
 class KeyWallet(Wallet):

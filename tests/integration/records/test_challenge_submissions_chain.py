@@ -13,8 +13,8 @@ from tests.integration.records.conftest import (
     ChainParty,
     error_code,
     link_dev_account,
-    sync,
 )
+from tests.support.chain import sync
 
 
 def hex32(label: str) -> str:

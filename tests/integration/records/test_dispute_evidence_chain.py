@@ -6,7 +6,8 @@ from typing import Any
 
 from marketplace.indexer.engine import IndexerEngine
 from tests.contracts.helpers import DAY, Chain, h
-from tests.integration.records.conftest import error_code, link_dev_account, sync
+from tests.integration.records.conftest import error_code, link_dev_account
+from tests.support.chain import sync
 
 
 def hex32(label: str) -> str:

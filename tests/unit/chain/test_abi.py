@@ -71,21 +71,18 @@ def test_fast_event_decoding_matches_eth_abi(name: str) -> None:
         plain = [i for i in inputs if not i["indexed"]]
         topic_values = [_value(i, rng) for i in indexed]
         plain_values = [_value(p, rng) for p in plain]
-        log = {
-            "topics": [event.topic0]
-            + [
-                "0x" + encode([abi_type(i)], [v]).hex()
-                for i, v in zip(indexed, topic_values, strict=True)
-            ],
-            "data": "0x" + encode([abi_type(p) for p in plain], plain_values).hex(),
-        }
-        got = event.decode_log(log)
-        expected = _generic(plain, bytes.fromhex(log["data"][2:]), True)
+        topics = [event.topic0] + [
+            "0x" + encode([abi_type(i)], [v]).hex()
+            for i, v in zip(indexed, topic_values, strict=True)
+        ]
+        data = "0x" + encode([abi_type(p) for p in plain], plain_values).hex()
+        got = event.decode_log({"topics": topics, "data": data})
+        expected = _generic(plain, bytes.fromhex(data[2:]), True)
         for param, value in zip(plain, expected, strict=True):
             assert got[param["name"]] == value, event.signature
         for param, value in zip(
             indexed,
-            _generic(indexed, b"".join(bytes.fromhex(t[2:]) for t in log["topics"][1:]), True),
+            _generic(indexed, b"".join(bytes.fromhex(t[2:]) for t in topics[1:]), True),
             strict=True,
         ):
             assert got[param["name"]] == value, event.signature

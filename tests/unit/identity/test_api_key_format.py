@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -82,8 +82,15 @@ def test_agent_keys_may_rotate_only_themselves() -> None:
 
 def test_cursor_round_trip() -> None:
     moment = datetime(2025, 3, 1, 12, 30, 45, 123456, tzinfo=UTC)
-    cursor = api_keys.encode_cursor(moment, 42)
-    assert api_keys.decode_cursor(cursor) == (moment, 42)
-    for bad in ("", "x_1", "1-2", "1_2_3"):
+    micros = (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    cursor = api_keys.USAGE_CURSOR.encode(micros, 42)
+    assert api_keys.USAGE_CURSOR.position(cursor) == (micros, 42)
+    # The largest position decodes to a datetime without overflowing.
+    largest = api_keys.USAGE_CURSOR.encode(*api_keys.USAGE_CURSOR.maxima)
+    assert api_keys.USAGE_CURSOR.position(largest) == api_keys.USAGE_CURSOR.maxima
+    assert datetime(1970, 1, 1, tzinfo=UTC) + timedelta(
+        microseconds=api_keys.USAGE_CURSOR.maxima[0]
+    )
+    for bad in ("", "x_1", "1-2", "1_2_3", "1741000000000000_42"):
         with pytest.raises(InvalidRequest):
-            api_keys.decode_cursor(bad)
+            api_keys.USAGE_CURSOR.position(bad)

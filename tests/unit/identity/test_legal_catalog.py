@@ -41,7 +41,7 @@ def test_read_documents_title_and_order(tmp_path: Path) -> None:
     _full_tree(tmp_path)
     _write(tmp_path, "terms", "10", "Preamble\n# Terms ten\nbody")
     _write(tmp_path, "terms", "2", "# Terms two\n")
-    documents = legal.read_documents(tmp_path)  # type: ignore[arg-type]
+    documents = legal.read_documents(tmp_path)
     terms = [d for d in documents if d.document_type is LegalDocumentType.TERMS]
     assert [d.version for d in terms] == ["1", "2", "10"]
     assert terms[-1].title == "Terms ten"
@@ -57,18 +57,18 @@ def test_bad_trees_are_refused(tmp_path: Path) -> None:
     _full_tree(tmp_path)
     _write(tmp_path, "cookies", "1", "# Cookies\n")
     with pytest.raises(ValueError, match="unknown legal document type"):
-        legal.read_documents(tmp_path)  # type: ignore[arg-type]
+        legal.read_documents(tmp_path)
 
     untitled = tmp_path / "untitled"
     _full_tree(untitled)
     _write(untitled, "privacy", "2", "no heading here\n")
     with pytest.raises(ValueError, match="title"):
-        legal.read_documents(untitled)  # type: ignore[arg-type]
+        legal.read_documents(untitled)
 
 
 def test_bad_configuration_is_refused(tmp_path: Path) -> None:
     _full_tree(tmp_path)
-    documents = legal.read_documents(tmp_path)  # type: ignore[arg-type]
+    documents = legal.read_documents(tmp_path)
     with pytest.raises(ValueError, match="unknown document types"):
         legal.build_catalog(documents, {"cookies": "1"})
     with pytest.raises(ValueError, match="has no file"):

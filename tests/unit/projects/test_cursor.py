@@ -1,4 +1,5 @@
-"""The listing cursor: round trips, and everything this service did not issue is refused."""
+"""The listing cursor (the shared codec of marketplace.pagination with the project list's kind):
+round trips, and everything this service did not issue is refused."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import base64
 
 import pytest
 
-from marketplace.projects.read_models import decode_cursor, encode_cursor
+from marketplace.projects.read_models import PROJECT_LIST_CURSOR
+
+encode_cursor = PROJECT_LIST_CURSOR.encode
+decode_cursor = PROJECT_LIST_CURSOR.decode
 
 
 def _b64(text: str) -> str:

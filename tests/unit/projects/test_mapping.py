@@ -6,6 +6,7 @@ import json
 import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from eth_utils import to_checksum_address
@@ -24,7 +25,7 @@ from marketplace.projects.read_models import (
 from marketplace.types import ResponseModel
 
 T = datetime(2025, 1, 1, tzinfo=UTC)
-ROW = {
+ROW: dict[str, Any] = {
     "project_address": "0x" + "ab" * 20,
     "owner_address": "0x" + "cd" * 20,
     "status": "bidding",

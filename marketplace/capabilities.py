@@ -1,0 +1,128 @@
+"""Every capability of the service, in one explicit list.
+
+A capability declares here, in one place, everything it plugs into the core: its route tables,
+the functions that build its app state, its cleanup contexts (actors, subscribers, background
+tasks), its guard hooks (placed by name in :data:`GUARD_ORDER`), its CLI commands and the event
+types it produces and consumes. The app factory (``marketplace.http.app``) and the CLI
+(``marketplace.cli``) read this list and nothing else: no module is found by its file name, and
+import order decides nothing.
+
+References are ``"module:attribute"`` strings resolved when used, so the CLI can list its
+commands without importing the web stack, and this module imports nothing of ours.
+
+Adding a capability: write its package (rules, models, repositories) and its routes module, then
+add one :class:`Capability` entry below (and, if it guards mutations, its guard's name in
+:data:`GUARD_ORDER`). A test checks that every route module is declared by exactly one entry.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+# Guarded mutations run the verified-e-mail check first (built into the router, spec section 5),
+# then these hooks in this order. A capability's guard must be named here: where it runs relative
+# to the others is a decision, not an accident of registration order.
+GUARD_ORDER: tuple[str, ...] = ("legal_assent", "moderation_suspension")
+
+
+@dataclass(frozen=True)
+class Capability:
+    name: str
+    summary: str
+    # Route tables (``RouteTable``), registered in this order.
+    routes: tuple[str, ...] = ()
+    # ``fn(app)`` run by the app factory, in list order, to build app state and hooks.
+    setup: tuple[str, ...] = ()
+    # aiohttp cleanup contexts ``async def ctx(app): ...; yield; ...``, started after the core's
+    # (Postgres, Redis, Ray) in list order and stopped in reverse.
+    contexts: tuple[str, ...] = ()
+    # (name from GUARD_ORDER, ``async fn(call)``) run for every guarded mutation.
+    guards: tuple[tuple[str, str], ...] = ()
+    # ``fn(subparsers)`` adding sub-commands to ``marketplace``.
+    cli: tuple[str, ...] = ()
+    # Job queues (``QueueSpec``) this capability's work runs on; the jobs capability starts
+    # their worker actors (docs/jobs.md).
+    queues: tuple[str, ...] = ()
+    # Event types written to the outbox / read from the stream (docs/events.md).
+    produces: tuple[str, ...] = ()
+    consumes: tuple[str, ...] = ()
+
+
+ROUTES = "marketplace.http.routes"
+
+CAPABILITIES: tuple[Capability, ...] = (
+    Capability(
+        name="system",
+        summary="health, readiness, the OpenAPI document and its UI, Prometheus metrics",
+        routes=(f"{ROUTES}.system:routes",),
+        setup=(f"{ROUTES}.system:setup",),
+        contexts=(f"{ROUTES}.system:openapi_document",),
+    ),
+    Capability(
+        name="identity",
+        summary="wallet links, usernames, permissions, agent API keys (spec sections 2, 4, 5)",
+        routes=(
+            f"{ROUTES}.wallet_links:routes",
+            f"{ROUTES}.usernames:routes",
+            f"{ROUTES}.permissions:routes",
+            f"{ROUTES}.api_keys:routes",
+        ),
+        setup=(f"{ROUTES}.api_keys:setup",),
+        contexts=(f"{ROUTES}.api_keys:usage_writer",),
+        cli=("marketplace.identity.cli:register_cli",),
+    ),
+    Capability(
+        name="legal",
+        summary="legal documents and assent; guards every mutation that needs it",
+        routes=(f"{ROUTES}.legal:routes",),
+        setup=(f"{ROUTES}.legal:setup",),
+        guards=(("legal_assent", f"{ROUTES}.legal:legal_assent_guard"),),
+    ),
+    Capability(
+        name="indexer",
+        summary="the chain indexer actor and its status",
+        routes=(f"{ROUTES}.indexer_status:routes",),
+        setup=(f"{ROUTES}.indexer_status:setup",),
+        contexts=(f"{ROUTES}.indexer_status:indexer_actor",),
+        cli=("marketplace.chain.cli:register_cli",),
+    ),
+    Capability(
+        name="projects",
+        summary="project read API, create-intents, claims and metadata",
+        routes=(f"{ROUTES}.projects_read:routes", f"{ROUTES}.project_claims:routes"),
+    ),
+    Capability(
+        name="records",
+        summary="off-chain records: bid drafts, challenge submissions, dispute evidence",
+        routes=(
+            f"{ROUTES}.bid_drafts:routes",
+            f"{ROUTES}.challenge_submissions:routes",
+            f"{ROUTES}.dispute_evidence:routes",
+        ),
+    ),
+    Capability(
+        name="jobs",
+        summary="the durable job queue: worker actors for every declared queue, queue metrics",
+        setup=("marketplace.http.job_queue:setup",),
+        contexts=("marketplace.http.job_queue:job_workers",),
+    ),
+)
+
+
+def resolve(reference: str) -> Any:
+    """The object a ``"module:attribute"`` reference names."""
+    module_name, _, attribute = reference.partition(":")
+    if not attribute:
+        raise ValueError(f"capability reference {reference!r} is not 'module:attribute'")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def ordered_guards(capabilities: tuple[Capability, ...] = CAPABILITIES) -> list[tuple[str, str]]:
+    """Every declared guard, in :data:`GUARD_ORDER`; an undeclared name is a programming error."""
+    guards = [guard for capability in capabilities for guard in capability.guards]
+    for name, _ in guards:
+        if name not in GUARD_ORDER:
+            raise ValueError(f"guard {name!r} has no place in GUARD_ORDER")
+    return sorted(guards, key=lambda guard: GUARD_ORDER.index(guard[0]))

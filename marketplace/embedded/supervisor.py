@@ -1,0 +1,216 @@
+"""``marketplace up`` as a supervisor of what it starts.
+
+- One ``up`` per data dir: an exclusive ``flock`` on ``<data_dir>/up.lock``. Every embedded
+  server and the guardian inherit the locked descriptor, so the lock is free only once the last
+  process working on that data dir is gone (an orphan can never share it with a new ``up``).
+- Nothing outlives ``up``: the embedded servers get a parent-death signal from the kernel, and
+  the guardian (:mod:`marketplace.embedded.guardian`) stops whatever else carries this run's
+  marker (Ray's processes) when ``up`` is gone, however it went.
+- A dependency that dies is restarted on the same port by the stack's watcher
+  (:meth:`EmbeddedStack.watch`); one that keeps dying makes ``up`` stop everything and exit 1.
+
+See docs/architecture.md, "Supervision".
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+from marketplace.config import Settings
+from marketplace.embedded import guardian
+from marketplace.embedded.procs import forget_fd, inherit_fd, inherited_fds, pid_alive
+from marketplace.embedded.stack import EmbeddedStack
+
+log = logging.getLogger("marketplace.up")
+
+LOCK_FILE = "up.lock"
+# How long a new `up` waits for the processes of a dead one to finish stopping.
+PREVIOUS_RUN_WAIT_SECONDS = 30.0
+GUARDIAN_STOP_SECONDS = guardian.TERM_GRACE_SECONDS + guardian.KILL_GRACE_SECONDS + 5
+
+
+class DataDirBusy(RuntimeError):
+    """Another ``marketplace up`` (or what is left of one) uses the data dir."""
+
+
+class DataDirLock:
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / LOCK_FILE
+        self.fd: int | None = None
+
+    def _holder(self, fd: int) -> int | None:
+        try:
+            return int(os.pread(fd, 32, 0).decode().strip())
+        except ValueError:
+            return None
+
+    def acquire(self, wait_s: float = PREVIOUS_RUN_WAIT_SECONDS) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            deadline: float | None = None
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    pass
+                holder = self._holder(fd)
+                if holder is not None and holder != os.getpid() and _is_up(holder):
+                    raise DataDirBusy(
+                        f"data dir {self.path.parent} is in use by another `marketplace up` "
+                        f"(pid {holder}); stop it first (`marketplace status` shows it), or "
+                        "give this one its own --data-dir"
+                    )
+                if deadline is None:
+                    deadline = time.monotonic() + wait_s
+                    log.warning(
+                        "processes of a previous `marketplace up` still hold the data dir; "
+                        "waiting for them to exit",
+                        extra={"lock": str(self.path), "previous_pid": holder},
+                    )
+                if time.monotonic() > deadline:
+                    raise DataDirBusy(
+                        f"{self.path} is still held after {wait_s:g} s by processes of a previous "
+                        f"`marketplace up` (pid {holder}, gone); `fuser -v {self.path}` lists them"
+                    )
+                time.sleep(0.1)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+        inherit_fd(fd)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            forget_fd(self.fd)
+            os.close(self.fd)
+            self.fd = None
+
+
+def _is_up(pid: int) -> bool:
+    if not pid_alive(pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+    # A recycled pid of some unrelated program does not count.
+    return b"marketplace" in cmdline
+
+
+class Guardian:
+    """Starts the guardian process and marks everything we start from now on for it."""
+
+    def __init__(self) -> None:
+        self.token = secrets.token_hex(12)
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def start(self) -> None:
+        env = {k: v for k, v in os.environ.items() if k != guardian.MARKER_ENV}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-I", guardian.__file__, self.token, str(os.getpid())],
+            stdin=subprocess.PIPE,
+            env=env,
+            # Its own session: out of reach of the terminal's signals and of a kill aimed at
+            # our process group, so that it outlives us.
+            start_new_session=True,
+            pass_fds=inherited_fds(),
+        )
+        # Inherited by every process started after this line, Ray's included.
+        os.environ[guardian.MARKER_ENV] = self.token
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(guardian.CLEAN_STOP)
+            proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=GUARDIAN_STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            log.error("the guardian did not finish; leaving it", extra={"pid": proc.pid})
+
+
+ServeFn = Callable[[Settings, Callable[[Settings], None]], None]
+
+
+def run_up(settings: Settings, serve: ServeFn) -> int:
+    """Lock the data dir, start the embedded stack, serve until a signal; stop everything.
+
+    ``serve(settings, on_ready)`` runs the HTTP server until SIGINT/SIGTERM and calls
+    ``on_ready(settings)`` once it listens. Returns the process exit status.
+    """
+    lock = DataDirLock(settings.data_dir)
+    try:
+        lock.acquire()
+    except DataDirBusy as exc:
+        print(f"marketplace up: {exc}", file=sys.stderr)
+        return 2
+    keeper = Guardian()
+    stack = EmbeddedStack()
+    failures: list[str] = []
+    served = False
+    previous_term = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        keeper.start()
+
+        def fatal(reason: str) -> None:
+            failures.append(reason)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        def ready(running: Settings) -> None:
+            stack.watch(fatal)
+            log.info(
+                "up",
+                extra={
+                    "url": f"http://{running.listen_address}/v1/",
+                    "data_dir": str(running.data_dir.resolve()),
+                    "chain_rpc_url": running.chain_rpc_url,
+                    "pids": {"up": os.getpid(), "guardian": keeper.pid, **stack.pids()},
+                },
+            )
+
+        settings = stack.start(settings)
+        serve(settings, ready)
+        served = True  # the server logged "stopping" when the signal came
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if not served:
+            log.info("stopping")
+        try:
+            stack.stop()
+            keeper.stop()
+            log.info("guardian stopped")
+        finally:
+            lock.release()
+            signal.signal(signal.SIGTERM, previous_term)
+        log.info("stopped", extra={"failure": failures[0]} if failures else {})
+    return 1 if failures else 0
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    # Until the server installs its own handlers (and after it removes them), SIGTERM stops us
+    # the way Ctrl-C does, through the `finally` that stops everything.
+    raise KeyboardInterrupt

@@ -1,0 +1,149 @@
+"""A running `up`: what it exposes to the network, how it survives its dependencies dying."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import signal
+import socket
+import uuid
+
+import psutil
+import pytest
+
+from tests.integration.up.conftest import UpRun, alive, http, wait_for
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def is_loopback(ip: str) -> bool:
+    address = ipaddress.ip_address(ip.split("%", 1)[0])
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def listening_sockets(run: UpRun) -> list[tuple[int, str, str, int]]:
+    """(pid, name, ip, port) of every listening TCP socket in up's process tree."""
+    found = []
+    for proc in [psutil.Process(run.proc.pid), *run.descendants()]:
+        try:
+            connections = proc.net_connections(kind="tcp")
+            name = proc.name()
+        except psutil.NoSuchProcess:
+            continue
+        for conn in connections:
+            if conn.status == psutil.CONN_LISTEN:
+                found.append((proc.pid, name, conn.laddr.ip, conn.laddr.port))
+    return found
+
+
+def listening_ports(proc: psutil.Process) -> list[int]:
+    return [c.laddr.port for c in proc.net_connections(kind="tcp") if c.status == "LISTEN"]
+
+
+def test_is_loopback_tells_wildcards_from_loopback() -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("::ffff:127.0.0.1")
+    assert not any(is_loopback(ip) for ip in ("0.0.0.0", "::", "192.0.2.2", "::ffff:10.0.0.1"))
+
+
+def test_everything_up_started_listens_on_loopback_only(running_up: UpRun) -> None:
+    sockets = listening_sockets(running_up)
+    names = {name for _, name, _, _ in sockets}
+    # The check covers the pieces that listen: the frontend, the servers and Ray's daemons.
+    assert {"postgres", "redis-server", "anvil", "gcs_server", "raylet"} <= names, sockets
+    exposed = [s for s in sockets if not is_loopback(s[2])]
+    assert not exposed, f"listening beyond loopback: {exposed}"
+    # The private Ray runtime also demands its token (inherited by its daemons).
+    raylet = next(p for p in running_up.tree if p.name() == "raylet")
+    assert raylet.environ().get("RAY_AUTH_MODE") == "token"
+    assert raylet.environ().get("RAY_AUTH_TOKEN")
+
+
+def test_http_parser_errors_are_json_under_up(running_up: UpRun) -> None:
+    # aiohttp's own parser answers these before any middleware: JSON only through server.serve.
+    request = (
+        f"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: {'a' * 20000}\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", running_up.port), timeout=30) as conn:
+        conn.sendall(request)
+        response = b""
+        while chunk := conn.recv(65536):
+            response += chunk
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.split(b" ", 2)[1] == b"431", head
+    assert b"application/json" in head
+    assert json.loads(body)["error"] == "request_header_fields_too_large"
+
+
+def test_a_dependency_that_dies_is_restarted_on_its_port(running_up: UpRun) -> None:
+    redis = next(p for p in running_up.descendants() if p.name() == "redis-server")
+    [port] = listening_ports(redis)
+    redis.send_signal(signal.SIGKILL)
+
+    def restarted() -> psutil.Process | None:
+        for proc in running_up.descendants():
+            if proc.name() == "redis-server" and proc.pid != redis.pid and alive(proc):
+                return proc
+        return None
+
+    replacement = wait_for(restarted, 30, "a new redis-server")
+    ports = wait_for(lambda: listening_ports(replacement), 30, "the new redis to listen")
+    assert ports == [port]
+    wait_for(lambda: http(f"{running_up.url}/v1/health/ready")[0] == 200, 60, "readiness")
+    assert "embedded redis exited; restarting it" in running_up.log_messages()
+    assert "embedded redis restarted" in running_up.log_messages()
+
+
+def test_lost_ray_runtime_degrades_to_503_and_recovers(running_up: UpRun) -> None:
+    user = str(uuid.uuid4())
+    token = running_up.cli("token", "--user-id", user, "--data-dir", str(running_up.data_dir))
+    headers = {"Authorization": f"Bearer {token.stdout.strip()}"}
+    project = "0x" + "ab" * 20
+    draft = {"bidderWalletAddress": "0x" + "cd" * 20, "draftHash": "0x" + "11" * 32}
+
+    def write() -> tuple[int, dict[str, str], dict[str, str]]:
+        # Validated inside the project's shard actor: an answer proves the actor was reached.
+        return http(f"{running_up.url}/v1/projects/{project}/bid-drafts", "POST", draft, headers)
+
+    def read() -> int:
+        return http(f"{running_up.url}/v1/projects?limit=5")[0]
+
+    baseline_status, _, baseline = write()
+    assert baseline_status in (403, 404), baseline
+    head = [p for p in running_up.descendants() if p.name() in ("gcs_server", "raylet")]
+    assert len(head) == 2
+    for proc in head:
+        proc.send_signal(signal.SIGKILL)
+
+    reads: list[int] = []
+    degraded: list[tuple[int, dict[str, str], dict[str, str]]] = []
+
+    def answers_503() -> bool:
+        reads.append(read())
+        status, response_headers, body = write()
+        if status == 503:
+            degraded.append((status, response_headers, body))
+        return bool(degraded)
+
+    wait_for(answers_503, 60, "writes to answer 503", interval=0.5)
+    _, response_headers, body = degraded[0]
+    assert body["error"] == "service_unavailable" and body["message"]
+    assert int(response_headers["Retry-After"]) >= 1
+
+    def recovered() -> bool:
+        reads.append(read())
+        status, _, body = write()
+        return (status, body.get("error")) == (baseline_status, baseline["error"])
+
+    wait_for(recovered, 240, "writes to reach the actors again", interval=1)
+    assert reads and set(reads) == {200}, reads  # Postgres-only reads never stopped
+    assert running_up.proc.poll() is None
+    messages = running_up.log_messages()
+    assert "ray runtime lost; actor-backed routes answer 503 until it is back" in messages
+    assert "ray runtime reconnected" in messages
+    new_head = [p for p in running_up.descendants() if p.name() in ("gcs_server", "raylet")]
+    assert len(new_head) == 2 and not {p.pid for p in new_head} & {p.pid for p in head}
+    # The runtime started by the reconnect is as private as the first one.
+    exposed = [s for s in listening_sockets(running_up) if not is_loopback(s[2])]
+    assert not exposed, exposed

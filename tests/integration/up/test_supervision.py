@@ -1,0 +1,67 @@
+"""`up` supervises what it starts: SIGKILL leaves nothing behind, the data dir is locked, and a
+restart finds the chain where the killed run left it (no orphaned anvil overwrites its state)."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from tests.integration.up.conftest import http, leftovers, wait_for
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def test_sigkill_leaves_no_orphan_and_restart_keeps_chain_state(launch) -> None:
+    first = launch("first")
+    first.wait_ready()
+
+    # A second `up` on the same data dir refuses to start, saying why.
+    rival = launch("rival", data_dir=first.data_dir)
+    assert rival.proc.wait(timeout=120) == 2
+    assert "in use by another `marketplace up`" in rival.log()
+    assert f"pid {first.proc.pid}" in rival.log()
+
+    data_dir = ("--data-dir", str(first.data_dir))
+    project = json.loads(first.cli("devnet", "create", *data_dir, "--json").stdout)["project"]
+    head_before = json.loads(first.cli("devnet", "info", *data_dir, "--json").stdout)["head"]
+
+    names = {p.name() for p in first.descendants()}
+    assert {"postgres", "redis-server", "anvil", "gcs_server", "raylet"} <= names, names
+    assert any(name.startswith("ray::") for name in names), names
+
+    first.stop(signal.SIGKILL)
+    wait_for(lambda: not leftovers(first), 60, f"no process of the killed up: {leftovers(first)}")
+    assert "`marketplace up` (pid" in first.log() and "died; stopping" in first.log()
+
+    second = launch("second", data_dir=first.data_dir)
+    second.wait_ready()
+    shown = json.loads(second.cli("devnet", "show", project, *data_dir, "--json").stdout)
+    assert shown["project"] == project
+    head_after = json.loads(second.cli("devnet", "info", *data_dir, "--json").stdout)["head"]
+    assert head_after["number"] >= head_before["number"]
+
+    # The restarted indexer serves the project from Postgres.
+    def indexed() -> bool:
+        status, _, body = http(f"{second.url}/v1/projects/{project}")
+        return status == 200 and body["projectAddress"].lower() == project.lower()
+
+    wait_for(indexed, 120, "the project in the read model", interval=1)
+
+    second.descendants()
+    assert second.stop(signal.SIGTERM) == 0
+    assert not leftovers(second)
+    messages = second.log_messages()
+    expected = [
+        "stopping",
+        "ray runtime stopped",
+        "http server stopped",
+        "embedded anvil stopped",
+        "embedded redis stopped",
+        "embedded postgres stopped",
+        "guardian stopped",
+        "stopped",
+    ]
+    positions = [messages.index(m) for m in expected]
+    assert positions == sorted(positions), messages[-20:]
