@@ -13,7 +13,7 @@ Usage: ``.venv/bin/python bench/indexer_backfill.py [--projects 2000] [--milesto
    ``--page-blocks``, same ``--max-pages`` per JSON-RPC batch, same topics filter) through the
    same :class:`~marketplace.chain.rpc.JsonRpcClient`, doing nothing with the logs;
    ``indexer``: a fresh :class:`~marketplace.indexer.engine.IndexerEngine` (Postgres pool as the
-   actor opens it, Redis for its change notifications and metrics) calling ``sync_once()`` from
+   actor opens it, Redis for its metrics) calling ``sync_once()`` from
    an empty database until it is caught up. The tables are emptied before each indexer round.
 
 The ratio of the medians is what the indexer adds on top of merely fetching the logs (target:
@@ -57,6 +57,7 @@ from marketplace.embedded.redis import EmbeddedRedis  # noqa: E402
 from marketplace.indexer.engine import IndexerConfig, IndexerEngine  # noqa: E402
 from marketplace.storage.migrations import migrate_dsn  # noqa: E402
 from marketplace.storage.pool import create_pool  # noqa: E402
+from marketplace.storage.repositories import events as events_repo  # noqa: E402
 from marketplace.storage.repositories import indexer as repo  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "indexer_backfill.json"
@@ -68,7 +69,7 @@ STAGES = (
     "snapshot (RPC + decode)",
     "  of which eth_call batches",
     "database writes",
-    "publish (Redis)",
+    "change events (read before, outbox)",
 )
 TRUNCATE_ALL = """
 SELECT string_agg(format('%I.%I', schemaname, tablename), ', ')
@@ -168,7 +169,6 @@ async def indexer_round(config: IndexerConfig, dsn: str, redis_url: str | None) 
     engine._rollback_if_reorged = timer.wrap(  # type: ignore[method-assign]
         "reorg check", engine._rollback_if_reorged
     )
-    engine._publish = timer.wrap("publish (Redis)", engine._publish)  # type: ignore[method-assign]
     rpc_batch = rpc.batch
     in_flight = {"count": 0, "since": 0.0}
 
@@ -195,6 +195,13 @@ async def indexer_round(config: IndexerConfig, dsn: str, redis_url: str | None) 
     }
     for name, fn in originals.items():
         setattr(repo, name, timer.wrap("database writes", fn))
+    # What the change events add: the rows read before the upsert, and the outbox insert.
+    event_originals: list[tuple[Any, str, Callable[..., Awaitable[Any]]]] = [
+        (repo, "current_state", repo.current_state),
+        (events_repo, "append", events_repo.append),
+    ]
+    for module, name, fn in event_originals:
+        setattr(module, name, timer.wrap(STAGES[-1], fn))
     events = batches = projects = 0
     started = time.perf_counter()
     try:
@@ -211,6 +218,8 @@ async def indexer_round(config: IndexerConfig, dsn: str, redis_url: str | None) 
     finally:
         for name, fn in originals.items():
             setattr(repo, name, fn)
+        for module, name, fn in event_originals:
+            setattr(module, name, fn)
         await rpc.close()
         await pool.close()
         if redis is not None:

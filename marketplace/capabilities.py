@@ -87,11 +87,13 @@ CAPABILITIES: tuple[Capability, ...] = (
         setup=(f"{ROUTES}.indexer_status:setup",),
         contexts=(f"{ROUTES}.indexer_status:indexer_actor",),
         cli=("marketplace.chain.cli:register_cli",),
+        produces=("project.created", "project.changed", "project.removed", "chain.reorg"),
     ),
     Capability(
         name="projects",
         summary="project read API, create-intents, claims and metadata",
         routes=(f"{ROUTES}.projects_read:routes", f"{ROUTES}.project_claims:routes"),
+        produces=("project.claimed", "project.metadata_updated"),
     ),
     Capability(
         name="records",
@@ -100,6 +102,13 @@ CAPABILITIES: tuple[Capability, ...] = (
             f"{ROUTES}.bid_drafts:routes",
             f"{ROUTES}.challenge_submissions:routes",
             f"{ROUTES}.dispute_evidence:routes",
+        ),
+        produces=(
+            "bid_draft.created",
+            "bid_draft.updated",
+            "challenge_submission.created",
+            "challenge_submission.updated",
+            "dispute_evidence.submitted",
         ),
     ),
     Capability(

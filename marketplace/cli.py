@@ -14,7 +14,7 @@ from pathlib import Path
 from marketplace.auth import issue_session_token
 from marketplace.capabilities import CAPABILITIES, resolve
 from marketplace.config import Settings, load_settings
-from marketplace.embedded.procs import read_or_create_secret
+from marketplace.embedded.state import DATA_DIR_HELP, DataDirNotFound, locate_data_dir
 from marketplace.logs import configure_logging
 from marketplace.storage.migrations import migrate_dsn
 
@@ -98,7 +98,22 @@ def cmd_token(args: argparse.Namespace) -> int:
         print("tokens can only be minted with a shared secret (HS256)", file=sys.stderr)
         return 2
     else:
-        secret = read_or_create_secret(settings.dev_secret_path)
+        # Never a new secret here: a token the running server rejects helps nobody.
+        try:
+            data_dir = locate_data_dir(args.data_dir)
+        except DataDirNotFound as exc:
+            print(f"marketplace token: {exc}", file=sys.stderr)
+            return 2
+        secret_path = settings.model_copy(update={"data_dir": data_dir}).dev_secret_path
+        try:
+            secret = secret_path.read_text().strip()
+        except FileNotFoundError:
+            print(
+                f"marketplace token: {data_dir} has no dev-jwt-secret: is it the data dir of a "
+                "`marketplace up`? (`marketplace status` shows where one runs)",
+                file=sys.stderr,
+            )
+            return 2
     print(
         issue_session_token(
             secret,
@@ -111,17 +126,23 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from marketplace.embedded.state import print_status
+
+    return print_status(as_json=args.json)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="marketplace", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     def with_data_dir(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--data-dir", type=Path, help="default: $MARKETPLACE_DATA_DIR or ./.data")
+        p.add_argument("--data-dir", type=Path, help=DATA_DIR_HELP)
 
     up = sub.add_parser("up", help="start embedded dependencies as needed, migrate, serve")
     up.add_argument("--host")
     up.add_argument("--port", type=int)
-    with_data_dir(up)
+    up.add_argument("--data-dir", type=Path, help="default: $MARKETPLACE_DATA_DIR or ./.data")
     up.set_defaults(func=cmd_up)
 
     serve = sub.add_parser("serve", help="serve against external dependencies only")
@@ -139,6 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--ttl", type=int, default=3600, help="seconds (default 3600)")
     with_data_dir(token)
     token.set_defaults(func=cmd_token)
+
+    status = sub.add_parser("status", help="show where `marketplace up` runs (exit 1: nowhere)")
+    status.add_argument("--json", action="store_true", help="print the records as JSON")
+    status.set_defaults(func=cmd_status)
 
     for capability in CAPABILITIES:
         for reference in capability.cli:

@@ -2,7 +2,8 @@
 
 Every sub-command finds the running devnet through ``<data-dir>/devnet/deployment.json`` and the
 RPC URL ``up`` records in ``<data-dir>/devnet/rpc_url`` (``--data-dir`` defaults to
-``$MARKETPLACE_DATA_DIR`` or ``./.data``; ``--rpc-url`` overrides the recorded URL). Accounts
+``$MARKETPLACE_DATA_DIR``, else the running ``up``'s, else an existing ``./.data``; ``--rpc-url``
+overrides the recorded URL). Accounts
 are anvil dev-account indexes (0 deployer, 1 dispute multisig, 2 treasury, 3-8 free, 9 the dev
 verifier) or addresses (impersonated). Amounts are whole USDC (decimals allowed), durations
 ``90``, ``90s``, ``15m``, ``2h`` or ``3d``. Hash options take a ``0x`` bytes32 or any text (hashed
@@ -84,6 +85,7 @@ from marketplace.chain.enums import (
     ProjectStatus,
     label,
 )
+from marketplace.embedded.state import DATA_DIR_HELP, DataDirNotFound, locate_data_dir
 
 DEV_ROLES = {
     0: "deployer / registry admin",
@@ -130,14 +132,11 @@ def _list_of(kind: Callable[[str], int]) -> Callable[[str], list[int]]:
     return parse
 
 
-def _default_data_dir() -> Path:
-    from marketplace.config import load_settings
-
-    return load_settings().data_dir
-
-
 def _data_dir(args: argparse.Namespace) -> Path:
-    return Path(args.data_dir) if args.data_dir is not None else _default_data_dir()
+    try:
+        return locate_data_dir(args.data_dir)
+    except DataDirNotFound as exc:
+        raise DevnetNotRunning(str(exc)) from None
 
 
 # --- output -------------------------------------------------------------------------------------
@@ -761,7 +760,7 @@ def run(args: argparse.Namespace) -> int:
 
 def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--data-dir", type=Path, help="default: $MARKETPLACE_DATA_DIR or ./.data")
+    common.add_argument("--data-dir", type=Path, help=DATA_DIR_HELP)
     common.add_argument("--rpc-url", help="default: the URL `marketplace up` recorded")
     common.add_argument("--json", action="store_true", help="print one JSON object")
 

@@ -6,10 +6,10 @@
   ``configHash = H(abi.encode(metadataHash, intentHash))``.
 
 Types of the preimage fields (the spec names them but not their ABI types; chosen here and
-documented in docs/claims.md): the five metadata fields are ``string`` (an absent description or
-repoUrl is the empty string); ``userId`` and ``intentId`` are ``string`` holding the canonical
-lower-case hyphenated UUID text; ``intentNonce``, ``metadataHash`` and ``intentHash`` are
-``bytes32``.
+documented, with a worked example a client can check, in docs/hashes.md): the five metadata
+fields are ``string`` (an absent description or repoUrl is the empty string); ``userId`` and
+``intentId`` are ``string`` holding the canonical lower-case hyphenated UUID text;
+``intentNonce``, ``metadataHash`` and ``intentHash`` are ``bytes32``.
 """
 
 from __future__ import annotations

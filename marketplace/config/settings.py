@@ -140,6 +140,19 @@ class Settings(BaseSettings):
     # /metrics reads queue depth from Postgres at most this often.
     jobs_metrics_cache_seconds: float = Field(default=1.5, ge=0)
 
+    # --- change events (outbox -> Redis Stream); see docs/events.md ----------------------------
+    # Run the relay in this frontend (exactly one of all running relays is active at a time).
+    events_relay_enabled: bool = True
+    events_stream: str = Field(default="marketplace:events", min_length=1)
+    # Approximate number of entries the stream keeps (XADD MAXLEN ~); older ones are read from
+    # Postgres by consumers that fall behind.
+    events_stream_maxlen: int = Field(default=100_000, ge=100)
+    # How often the active relay looks for new events when no commit woke it (NOTIFY).
+    events_relay_poll_interval_ms: int = Field(default=150, ge=10)
+    events_relay_batch_size: int = Field(default=500, ge=1, le=10_000)
+    # Relayed events older than this are deleted from Postgres; 0 keeps them forever.
+    events_retention_hours: int = Field(default=168, ge=0)
+
     @field_validator("dispute_admin_wallets")
     @classmethod
     def _check_wallets(cls, value: list[str]) -> list[str]:

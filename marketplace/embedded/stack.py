@@ -119,18 +119,25 @@ class EmbeddedStack:
             and getattr(server, "pid", None) is not None
         }
 
-    def watch(self, on_fatal: Callable[[str], None]) -> None:
+    def watch(
+        self, on_fatal: Callable[[str], None], on_restart: Callable[[], object] | None = None
+    ) -> None:
         """Restart servers that die, in a thread that lives until :meth:`stop`.
 
         Servers restarted here get their parent-death signal bound to this thread, which is why
         it must not end before the servers are stopped.
         """
         self._watcher = threading.Thread(
-            target=self._watch, args=(on_fatal,), name="embedded-supervisor", daemon=True
+            target=self._watch,
+            args=(on_fatal, on_restart),
+            name="embedded-supervisor",
+            daemon=True,
         )
         self._watcher.start()
 
-    def _watch(self, on_fatal: Callable[[str], None]) -> None:
+    def _watch(
+        self, on_fatal: Callable[[str], None], on_restart: Callable[[], object] | None
+    ) -> None:
         history: dict[str, deque[float]] = {}
         failed: set[int] = set()  # servers whose last restart raised
         while not self._stopping.wait(WATCH_INTERVAL_SECONDS):
@@ -170,6 +177,11 @@ class EmbeddedStack:
                         continue
                     failed.discard(id(watched))
                     log.warning("embedded %s restarted", watched.label, extra={"pid": watched.pid})
+                    if on_restart is not None:
+                        try:
+                            on_restart()
+                        except Exception:
+                            log.exception("could not record the restart")
 
     def stop(self) -> None:
         self._stopping.set()

@@ -30,6 +30,7 @@ from marketplace.config import Settings
 from marketplace.embedded import guardian
 from marketplace.embedded.procs import forget_fd, inherit_fd, inherited_fds, pid_alive
 from marketplace.embedded.stack import EmbeddedStack
+from marketplace.embedded.state import UpRun, forget_run, record_run, state_file
 
 log = logging.getLogger("marketplace.up")
 
@@ -170,6 +171,7 @@ def run_up(settings: Settings, serve: ServeFn) -> int:
     keeper = Guardian()
     stack = EmbeddedStack()
     failures: list[str] = []
+    recorded: list[str] = []
     served = False
     previous_term = signal.signal(signal.SIGTERM, _interrupt)
     try:
@@ -179,15 +181,30 @@ def run_up(settings: Settings, serve: ServeFn) -> int:
             failures.append(reason)
             os.kill(os.getpid(), signal.SIGTERM)
 
+        def record(running: Settings) -> UpRun:
+            run = UpRun(
+                pid=os.getpid(),
+                dataDir=str(running.data_dir.resolve()),
+                url=f"http://{running.listen_address}/v1/",
+                chainRpcUrl=running.chain_rpc_url,
+                pids={"up": os.getpid(), "guardian": keeper.pid or 0, **stack.pids()},
+            )
+            record_run(run)
+            return run
+
         def ready(running: Settings) -> None:
-            stack.watch(fatal)
+            run = record(running)
+            recorded.append(run.startedAt)
+            # Restarted servers have new pids: keep the record (`marketplace status`) true.
+            stack.watch(fatal, on_restart=lambda: record(running))
             log.info(
                 "up",
                 extra={
-                    "url": f"http://{running.listen_address}/v1/",
-                    "data_dir": str(running.data_dir.resolve()),
-                    "chain_rpc_url": running.chain_rpc_url,
-                    "pids": {"up": os.getpid(), "guardian": keeper.pid, **stack.pids()},
+                    "url": run.url,
+                    "data_dir": run.dataDir,
+                    "chain_rpc_url": run.chainRpcUrl,
+                    "pids": run.pids,
+                    "state_file": str(state_file()),
                 },
             )
 
@@ -199,6 +216,8 @@ def run_up(settings: Settings, serve: ServeFn) -> int:
     finally:
         if not served:
             log.info("stopping")
+        if recorded:
+            forget_run(os.getpid())
         try:
             stack.stop()
             keeper.stop()

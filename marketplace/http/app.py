@@ -20,6 +20,7 @@ from marketplace.actors.runtime import ActorRuntime
 from marketplace.auth import NoApiKeys, SessionVerifier
 from marketplace.capabilities import CAPABILITIES, ordered_guards, resolve
 from marketplace.config import Settings
+from marketplace.events.relay import EventRelay, RelayConfig
 from marketplace.http import keys
 from marketplace.http.middlewares import request_context
 from marketplace.http.ratelimit import RateLimiter
@@ -90,6 +91,20 @@ async def _ray(app: web.Application) -> AsyncIterator[None]:
     log.info("ray runtime stopped")
 
 
+async def _event_relay(app: web.Application) -> AsyncIterator[None]:
+    """The change-event relay (docs/events.md): active in one frontend, standby in the others."""
+    settings = app[keys.SETTINGS]
+    if not settings.events_relay_enabled:
+        yield
+        return
+    relay = EventRelay(settings.database_url, app[keys.REDIS], RelayConfig.from_settings(settings))
+    task = asyncio.create_task(relay.run(), name="event-relay")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> web.Application:
     """Build the app. ``settings.database_url`` and ``redis_url`` must be set by now.
 
@@ -110,7 +125,7 @@ def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> w
         and logging.getLogger().isEnabledFor(logging.INFO),
         json_lines=settings.log_json,
     )
-    app.cleanup_ctx.extend([_access_log, _postgres, _redis, _ray])
+    app.cleanup_ctx.extend([_access_log, _postgres, _redis, _ray, _event_relay])
 
     routes: list[Route] = []
     for capability in CAPABILITIES:

@@ -4,8 +4,8 @@
     marketplace admin revoke --user-id <uuid> [--moderation] [--verifier]
     marketplace admin show   --user-id <uuid>
 
-The database is ``MARKETPLACE_DATABASE_URL``; when it is unset and ``marketplace up`` is running an
-embedded PostgreSQL in the data dir, that server is used.
+The database is ``MARKETPLACE_DATABASE_URL``; when it is unset, the embedded PostgreSQL of the
+running ``marketplace up`` (``--data-dir`` or ``$MARKETPLACE_DATA_DIR`` to choose one) is used.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import json
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
 
 from marketplace.config import Settings, load_settings
+from marketplace.embedded.state import DATA_DIR_HELP, DataDirNotFound, locate_data_dir
 from marketplace.identity.permissions import Flags, flags_of, set_flags
 from marketplace.storage.pool import connect
 
@@ -36,8 +36,10 @@ def _embedded_dsn(data_dir: Path) -> str | None:
     return EmbeddedPostgres(data_dir, port=port).dsn
 
 
-def _database_url(settings: Settings) -> str | None:
-    return settings.database_url or _embedded_dsn(settings.data_dir)
+def _database_url(settings: Settings, data_dir: Path | None) -> str | None:
+    if settings.database_url:
+        return settings.database_url
+    return _embedded_dsn(locate_data_dir(data_dir))
 
 
 def _as_json(user_id: uuid.UUID, flags: Flags) -> str:
@@ -70,12 +72,17 @@ def cmd_admin(args: argparse.Namespace) -> int:
     if args.admin_command != "show" and not (args.moderation or args.verifier):
         print("name at least one flag: --moderation and/or --verifier", file=sys.stderr)
         return 2
-    overrides: dict[str, Any] = {}
-    if getattr(args, "data_dir", None) is not None:
-        overrides["data_dir"] = args.data_dir
-    dsn = _database_url(load_settings(**overrides))
+    try:
+        dsn = _database_url(load_settings(), getattr(args, "data_dir", None))
+    except DataDirNotFound as exc:
+        print(f"marketplace admin: {exc}; or set MARKETPLACE_DATABASE_URL", file=sys.stderr)
+        return 2
     if not dsn:
-        print("set MARKETPLACE_DATABASE_URL (or start `marketplace up`)", file=sys.stderr)
+        print(
+            "marketplace admin: the embedded PostgreSQL of that data dir is not running "
+            "(start `marketplace up`), or set MARKETPLACE_DATABASE_URL",
+            file=sys.stderr,
+        )
         return 2
     flags = asyncio.run(_apply(dsn, args))
     print(_as_json(args.user_id, flags))
@@ -92,7 +99,7 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     ):
         action = actions.add_parser(name, help=text)
         action.add_argument("--user-id", type=uuid.UUID, required=True)
-        action.add_argument("--data-dir", type=Path, help="data dir of `marketplace up`")
+        action.add_argument("--data-dir", type=Path, help=DATA_DIR_HELP)
         if name != "show":
             action.add_argument(
                 "--moderation", action="store_true", help="moderationAdmin (report workflow)"

@@ -11,12 +11,15 @@ the chain's. On a mismatch it rolls back to the newest recorded block that still
 ``rollback_blocks`` behind the cursor, never at or below the node's ``finalized`` block), deletes
 projects created after it, re-snapshots every project the dropped blocks touched at the current
 head, and rescans from there, so the read model converges to the canonical chain.
+
+Each of these transactions writes its change events (``marketplace.indexer.changes``) as its
+last statement: ``project.created`` / ``project.changed`` for what a batch wrote, ``chain.reorg``
+and ``project.removed`` for a rollback. An event exists exactly when its change committed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -28,13 +31,21 @@ import redis.asyncio as aioredis
 
 from marketplace.chain.abi import ContractAbi
 from marketplace.chain.rpc import JsonRpcClient, RpcError
+from marketplace.events.types import NewEvent
+from marketplace.indexer.changes import (
+    Snapshot,
+    registry_reset_events,
+    reorg_events,
+    snapshot_events,
+)
 from marketplace.indexer.health import lag_seconds_of
 from marketplace.indexer.snapshot import MilestoneRow, ProjectCreation, ProjectRow, project_rows
+from marketplace.storage.pool import Connection
+from marketplace.storage.repositories import events as events_repo
 from marketplace.storage.repositories import indexer as repo
 
 log = logging.getLogger(__name__)
 
-PROJECT_CHANGES_CHANNEL = "marketplace:project-changes"
 METRICS_KEY = "marketplace:indexer:metrics"
 # Recorded batch-end blocks kept beyond the rollback window, so a reorg is always detectable.
 KEEP_RECORDED_BLOCKS = 32
@@ -72,6 +83,12 @@ class BatchResult:
     @property
     def behind(self) -> bool:
         return self.to_block < self.head
+
+
+@dataclass(frozen=True)
+class WrittenSnapshots:
+    projects: set[str]  # what the upsert wrote (not the projects already at a newer block)
+    events: list[NewEvent]
 
 
 def _hex(n: int) -> str:
@@ -112,7 +129,8 @@ class IndexerEngine:
                 extra={"old": cursor["registry_address"], "new": self.registry},
             )
             async with self.pool.acquire() as conn, conn.transaction():
-                await repo.reset_chain(conn, self.config.chain_id)
+                removed = await repo.reset_chain(conn, self.config.chain_id)
+                await events_repo.append(conn, registry_reset_events(removed))
             self._known = None
             cursor = None
         if cursor is None:
@@ -152,9 +170,7 @@ class IndexerEngine:
         snapshots, block = await self._snapshot(touched, creations, end)
         block_time = datetime.fromtimestamp(int(block["timestamp"], 16), UTC)
         async with self.pool.acquire() as conn, conn.transaction():
-            written = await repo.upsert_snapshots(
-                conn, self.config.chain_id, snapshots, block=end, block_time=block_time
-            )
+            written = await self._write_snapshots(conn, snapshots, block=end, block_time=block_time)
             await repo.record_block(conn, self.config.chain_id, end, block["hash"], touched)
             await repo.advance_cursor(conn, self.config.chain_id, end, head, _now(), block_time)
             await repo.prune_blocks(
@@ -163,12 +179,13 @@ class IndexerEngine:
                 end - self.config.rollback_blocks,
                 KEEP_RECORDED_BLOCKS,
             )
+            # Last: from here to the commit this batch holds the events' order lock.
+            await events_repo.append(conn, written.events)
         known = await self.known_projects()
         known.update(creations)
-        await self._publish(written, end)
         await self._metrics_after_batch(end - start + 1, events, time.perf_counter() - started)
         await self._report_lag(end, head, block_time)
-        return BatchResult(start, end, head, events, len(written))
+        return BatchResult(start, end, head, events, len(written.projects))
 
     async def _fetch_logs(self, start: int, end: int) -> list[dict[str, Any]]:
         calls = []
@@ -219,6 +236,25 @@ class IndexerEngine:
                 events += 1
         return creations, touched, events
 
+    async def _write_snapshots(
+        self,
+        conn: Connection,
+        snapshots: list[Snapshot],
+        *,
+        block: int,
+        block_time: datetime,
+    ) -> WrittenSnapshots:
+        """Upsert ``snapshots`` and work out their change events (the caller writes them)."""
+        addresses = [project.project_address for project, _, _ in snapshots]
+        before_projects, before_milestones = await repo.current_state(conn, addresses)
+        written = await repo.upsert_snapshots(
+            conn, self.config.chain_id, snapshots, block=block, block_time=block_time
+        )
+        events = snapshot_events(
+            before_projects, before_milestones, snapshots, written, block=block
+        )
+        return WrittenSnapshots(written, events)
+
     async def _snapshot(
         self, touched: set[str], creations: dict[str, ProjectCreation], block: int
     ) -> tuple[list[tuple[ProjectRow, list[MilestoneRow], ProjectCreation]], dict[str, Any]]:
@@ -233,7 +269,7 @@ class IndexerEngine:
         # The JSON-RPC chunks go out concurrently (a few connections): the node executes the
         # calls while this process parses the previous answers. Still all-or-nothing.
         chunks = [calls[i : i + SNAPSHOT_CHUNK] for i in range(0, len(calls), SNAPSHOT_CHUNK)]
-        results = []
+        results: list[Any] = []
         for wave in range(0, len(chunks), SNAPSHOT_CONCURRENCY):
             answers = await asyncio.gather(
                 *(self.rpc.batch(c) for c in chunks[wave : wave + SNAPSHOT_CONCURRENCY])
@@ -303,38 +339,35 @@ class IndexerEngine:
                     fork,
                 )
             await repo.advance_cursor(conn, self.config.chain_id, fork, head, _now())
+            await events_repo.append(
+                conn,
+                reorg_events(
+                    chain_id=self.config.chain_id,
+                    fork_block=fork,
+                    synced_block=synced,
+                    head_block=head,
+                    removed=deleted,
+                    resnapshot=survivors,
+                ),
+            )
         if self._known is not None:
             self._known -= deleted
         # Projects the dropped blocks touched are re-read as of now; the rescan from the fork
         # then replays the canonical history on top.
         if survivors:
             await self._resnapshot(survivors, head)
-        await self._publish(set(survivors) | deleted, head)
         return True
 
     async def _resnapshot(self, addresses: list[str], head: int) -> None:
         snapshots, block = await self._snapshot(set(addresses), {}, head)
         block_time = datetime.fromtimestamp(int(block["timestamp"], 16), UTC)
         async with self.pool.acquire() as conn, conn.transaction():
-            await repo.upsert_snapshots(
-                conn, self.config.chain_id, snapshots, block=head, block_time=block_time
+            written = await self._write_snapshots(
+                conn, snapshots, block=head, block_time=block_time
             )
+            await events_repo.append(conn, written.events)
 
     # --- side channels --------------------------------------------------------------------
-
-    async def _publish(self, projects: set[str], block: int) -> None:
-        if self.redis is None or not projects:
-            return
-        try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for address in sorted(projects):
-                    pipe.publish(
-                        PROJECT_CHANGES_CHANNEL,
-                        json.dumps({"projectAddress": address, "block": block}),
-                    )
-                await pipe.execute()
-        except Exception:
-            log.warning("could not publish project changes", exc_info=True)
 
     async def _metric_incr(self, name: str, amount: float) -> None:
         if self.redis is None:

@@ -307,5 +307,5 @@ async def patch_metadata(
             for field, column in (("description", "description"), ("imageUrl", "image_url"))
             if field in payload
         }
-        await repo.update_metadata(conn, project, payload["title"], changes)
+        await repo.update_metadata(conn, project, payload["title"], changes, user_id)
     return {"projectAddress": project}

@@ -96,6 +96,34 @@ CREATE TABLE public.dispute_evidence (
     CONSTRAINT dispute_evidence_submitter_role_check CHECK ((submitter_role = ANY (ARRAY['owner'::text, 'worker'::text])))
 );
 
+CREATE TABLE public.event_relay_cursor (
+    singleton boolean DEFAULT true NOT NULL,
+    last_relayed_id bigint NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT event_relay_cursor_last_relayed_id_check CHECK ((last_relayed_id >= 0)),
+    CONSTRAINT event_relay_cursor_singleton_check CHECK (singleton)
+);
+
+CREATE TABLE public.events (
+    id bigint NOT NULL,
+    type text NOT NULL,
+    subject text NOT NULL,
+    payload jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT events_payload_check CHECK ((jsonb_typeof(payload) = 'object'::text)),
+    CONSTRAINT events_subject_check CHECK (((char_length(subject) >= 1) AND (char_length(subject) <= 200))),
+    CONSTRAINT events_type_check CHECK ((type ~ '^[a-z][a-z_]*(\.[a-z][a-z_]*)+$'::text))
+);
+
+CREATE SEQUENCE public.events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.events_id_seq OWNED BY public.events.id;
+
 CREATE TABLE public.indexer_blocks (
     chain_id bigint NOT NULL,
     block_number bigint NOT NULL,
@@ -324,6 +352,8 @@ CREATE TABLE public.wallet_links (
     CONSTRAINT wallet_links_wallet_address_check CHECK ((wallet_address ~ '^0x[0-9a-f]{40}$'::text))
 );
 
+ALTER TABLE ONLY public.events ALTER COLUMN id SET DEFAULT nextval('public.events_id_seq'::regclass);
+
 ALTER TABLE ONLY public.jobs ALTER COLUMN id SET DEFAULT nextval('public.jobs_id_seq'::regclass);
 
 ALTER TABLE ONLY public.api_key_secrets
@@ -352,6 +382,12 @@ ALTER TABLE ONLY public.dispute_evidence
 
 ALTER TABLE ONLY public.dispute_evidence
     ADD CONSTRAINT dispute_evidence_pkey PRIMARY KEY (evidence_id);
+
+ALTER TABLE ONLY public.event_relay_cursor
+    ADD CONSTRAINT event_relay_cursor_pkey PRIMARY KEY (singleton);
+
+ALTER TABLE ONLY public.events
+    ADD CONSTRAINT events_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY public.indexer_blocks
     ADD CONSTRAINT indexer_blocks_pkey PRIMARY KEY (chain_id, block_number);

@@ -226,8 +226,9 @@ class ProjectCreateIntentCancelResponse(ResponseModel):
         "`configHash` in intent mode with its `intentId` and `intentNonce` (the rules are in "
         "the claim operation's description), create the project on chain with that hash before "
         "`expiresAt`, then claim it with `POST /v1/projects/{projectAddress}/claim`. The body "
-        "has no fields: send `{}`, or no body at all (an empty body counts as `{}`); any field "
-        "is 400 `invalid_request`. Session only: agent keys claim in direct mode and need no "
+        "has no fields: send `{}` or no body at all (an empty or blank body counts as `{}`, "
+        "with or without a `Content-Type`); any field, or JSON that is not an object, is 400 "
+        "`invalid_request`. Session only: agent keys claim in direct mode and need no "
         "intent (403 `forbidden`). Each call issues a new intent; an unused one can be "
         "withdrawn with `DELETE /v1/projects/create-intents/{intentId}`."
     ),

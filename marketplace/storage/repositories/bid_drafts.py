@@ -6,7 +6,9 @@ import uuid
 
 import asyncpg
 
+from marketplace.events.types import EventType, NewEvent
 from marketplace.storage.pool import Conn, Connection
+from marketplace.storage.repositories import events
 
 COLUMNS = """draft_id, project_address, bidder_address, draft_hash, artifact_uri, notes,
     created_at, updated_at"""
@@ -48,13 +50,25 @@ async def upsert(
     notes: str | None,
     user_id: uuid.UUID,
 ) -> asyncpg.Record:
-    """Insert or replace the draft; the row carries ``created`` (true on insert)."""
-    row = await conn.fetchrow(
-        UPSERT, project_address, bidder_address, draft_hash, artifact_uri, notes, user_id
-    )
-    if row is None:  # identical to what is stored: nothing written
-        row = await conn.fetchrow(SELECT_ONE, project_address, bidder_address)
-    assert row is not None
+    """Insert or replace the draft; the row carries ``created`` (true on insert). A write
+    records ``bid_draft.created`` or ``bid_draft.updated`` in its transaction."""
+    async with conn.transaction():
+        row = await conn.fetchrow(
+            UPSERT, project_address, bidder_address, draft_hash, artifact_uri, notes, user_id
+        )
+        if row is None:  # identical to what is stored: nothing written, no event
+            row = await conn.fetchrow(SELECT_ONE, project_address, bidder_address)
+            assert row is not None
+            return row
+        kind = EventType.BID_DRAFT_CREATED if row["created"] else EventType.BID_DRAFT_UPDATED
+        payload = {
+            "draftId": str(row["draft_id"]),
+            "projectAddress": project_address,
+            "bidderAddress": bidder_address,
+            "draftHash": draft_hash,
+            "userId": str(user_id),
+        }
+        await events.append(conn, [NewEvent(kind, project_address, payload)])
     return row
 
 

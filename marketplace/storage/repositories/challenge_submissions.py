@@ -6,7 +6,9 @@ import uuid
 
 import asyncpg
 
+from marketplace.events.types import EventType, NewEvent
 from marketplace.storage.pool import Conn, Connection
+from marketplace.storage.repositories import events
 
 COLUMNS = """submission_id, project_address, submitter_address, submission_hash, artifact_uri,
     notes, created_at, updated_at"""
@@ -29,7 +31,7 @@ ON CONFLICT (project_address, submitter_address) DO UPDATE
         updated_at = now()
     WHERE (s.submission_hash, s.artifact_uri, s.notes)
         IS DISTINCT FROM (EXCLUDED.submission_hash, EXCLUDED.artifact_uri, EXCLUDED.notes)
-RETURNING {COLUMNS}
+RETURNING {COLUMNS}, (xmax = 0) AS created
 """
 # $2: only these submitters (NULL: all); $3: optional single-submitter filter.
 SELECT_FOR_PROJECT = f"""
@@ -55,12 +57,35 @@ async def upsert(
     notes: str | None,
     user_id: uuid.UUID,
 ) -> asyncpg.Record:
-    row = await conn.fetchrow(
-        UPSERT, project_address, submitter_address, submission_hash, artifact_uri, notes, user_id
-    )
-    if row is None:  # identical to what is stored
-        row = await conn.fetchrow(SELECT_ONE, project_address, submitter_address)
-    assert row is not None
+    """Insert or replace the registration; a write records ``challenge_submission.created`` or
+    ``challenge_submission.updated`` in its transaction."""
+    async with conn.transaction():
+        row = await conn.fetchrow(
+            UPSERT,
+            project_address,
+            submitter_address,
+            submission_hash,
+            artifact_uri,
+            notes,
+            user_id,
+        )
+        if row is None:  # identical to what is stored: nothing written, no event
+            row = await conn.fetchrow(SELECT_ONE, project_address, submitter_address)
+            assert row is not None
+            return row
+        kind = (
+            EventType.CHALLENGE_SUBMISSION_CREATED
+            if row["created"]
+            else EventType.CHALLENGE_SUBMISSION_UPDATED
+        )
+        payload = {
+            "submissionId": str(row["submission_id"]),
+            "projectAddress": project_address,
+            "submitterAddress": submitter_address,
+            "submissionHash": submission_hash,
+            "userId": str(user_id),
+        }
+        await events.append(conn, [NewEvent(kind, project_address, payload)])
     return row
 
 

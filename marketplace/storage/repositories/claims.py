@@ -8,7 +8,9 @@ from typing import Any
 
 import asyncpg
 
+from marketplace.events.types import EventType, NewEvent
 from marketplace.storage.pool import Conn, Connection, fetch_one
+from marketplace.storage.repositories import events
 
 INSERT_INTENT = """
 INSERT INTO project_create_intents (intent_id, user_id, intent_nonce, expires_at)
@@ -84,6 +86,8 @@ async def metadata(conn: Conn, project: str) -> asyncpg.Record | None:
 
 
 async def insert_metadata(conn: Connection, **values: Any) -> None:
+    """Bind the claimed metadata and record ``project.claimed``: the caller's transaction must
+    end right after this call (the event is its last statement)."""
     await conn.execute(
         INSERT_METADATA,
         values["project_address"],
@@ -101,10 +105,27 @@ async def insert_metadata(conn: Connection, **values: Any) -> None:
         values["tx_hash"],
         values["config_hash"],
     )
+    payload = {
+        "ownerAddress": values["owner_address"],
+        "userId": str(values["claimed_by"]),
+        "claimMode": values["claim_mode"],
+        "configHash": values["config_hash"],
+        "txHash": values["tx_hash"],
+    }
+    await events.append(
+        conn, [NewEvent(EventType.PROJECT_CLAIMED, values["project_address"], payload)]
+    )
 
 
-async def update_metadata(conn: Conn, project: str, title: str, changes: dict[str, Any]) -> None:
-    """``changes`` holds only the optional fields the client sent: description, image_url."""
+async def update_metadata(
+    conn: Connection,
+    project: str,
+    title: str,
+    changes: dict[str, Any],
+    user_id: uuid.UUID,
+) -> None:
+    """``changes`` holds only the optional fields the client sent: description, image_url.
+    Records ``project.metadata_updated`` as the last statement of the caller's transaction."""
     await conn.execute(
         UPDATE_METADATA,
         project,
@@ -114,6 +135,13 @@ async def update_metadata(conn: Conn, project: str, title: str, changes: dict[st
         "image_url" in changes,
         changes.get("image_url"),
     )
+    fields: dict[str, Any] = {"title": title}
+    if "description" in changes:
+        fields["description"] = changes["description"]
+    if "image_url" in changes:
+        fields["imageUrl"] = changes["image_url"]
+    payload = {"userId": str(user_id), "changes": fields}
+    await events.append(conn, [NewEvent(EventType.PROJECT_METADATA_UPDATED, project, payload)])
 
 
 async def cancel_intent(

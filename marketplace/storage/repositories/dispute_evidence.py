@@ -7,7 +7,9 @@ from typing import Any
 
 import asyncpg
 
-from marketplace.storage.pool import Conn
+from marketplace.events.types import EventType, NewEvent
+from marketplace.storage.pool import Conn, Connection
+from marketplace.storage.repositories import events
 
 COLUMNS = """evidence_id, project_address, milestone_index, submitter_address, submitter_role,
     evidence_hash, evidence_payload, created_at"""
@@ -29,7 +31,7 @@ ORDER BY milestone_index, created_at, evidence_id
 
 
 async def insert(
-    conn: Conn,
+    conn: Connection,
     *,
     project_address: str,
     milestone_index: int,
@@ -40,18 +42,33 @@ async def insert(
     dispute_opened_at: int | None,
     user_id: uuid.UUID,
 ) -> asyncpg.Record:
-    row = await conn.fetchrow(
-        INSERT,
-        project_address,
-        milestone_index,
-        submitter_address,
-        submitter_role,
-        evidence_hash,
-        evidence_payload,
-        dispute_opened_at,
-        user_id,
-    )
-    assert row is not None
+    """Store one party's evidence and record ``dispute_evidence.submitted`` in the same
+    transaction; a second submission raises UniqueViolationError and records nothing."""
+    async with conn.transaction():
+        row = await conn.fetchrow(
+            INSERT,
+            project_address,
+            milestone_index,
+            submitter_address,
+            submitter_role,
+            evidence_hash,
+            evidence_payload,
+            dispute_opened_at,
+            user_id,
+        )
+        assert row is not None
+        payload = {
+            "evidenceId": str(row["evidence_id"]),
+            "projectAddress": project_address,
+            "milestoneIndex": milestone_index,
+            "submitterAddress": submitter_address,
+            "submitterRole": submitter_role,
+            "evidenceHash": evidence_hash,
+            "userId": str(user_id),
+        }
+        await events.append(
+            conn, [NewEvent(EventType.DISPUTE_EVIDENCE_SUBMITTED, project_address, payload)]
+        )
     return row
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -33,6 +33,7 @@ RESET_CHAIN = """
 WITH cursors AS (DELETE FROM indexer_cursors WHERE chain_id = $1),
      blocks AS (DELETE FROM indexer_blocks WHERE chain_id = $1)
 DELETE FROM projects WHERE chain_id = $1
+RETURNING project_address
 """
 SET_HEAD = "UPDATE indexer_cursors SET head_block = $2, updated_at = now() WHERE chain_id = $1"
 RECORD_BLOCK = """
@@ -67,6 +68,13 @@ FROM projects WHERE project_address = any($1::text[])
 
 _PROJECT_COLUMNS = [f.name for f in dataclasses.fields(ProjectRow)]
 _MILESTONE_COLUMNS = [f.name for f in dataclasses.fields(MilestoneRow)]
+# The rows an upsert is about to replace, to tell which fields changed (docs/events.md).
+CURRENT_PROJECTS = f"""
+SELECT {", ".join(_PROJECT_COLUMNS)} FROM projects WHERE project_address = any($1::text[])
+"""
+CURRENT_MILESTONES = f"""
+SELECT {", ".join(_MILESTONE_COLUMNS)} FROM milestones WHERE project_address = any($1::text[])
+"""
 _PROJECT_TYPES = {
     "milestone_count": "int",
     "bid_bond_usdc": "numeric",
@@ -145,9 +153,10 @@ async def advance_cursor(
     await conn.execute(ADVANCE_CURSOR, chain_id, synced, head, synced_at, synced_block_time)
 
 
-async def reset_chain(conn: Conn, chain_id: int) -> None:
-    """Forget everything indexed from ``chain_id`` (the registry there was replaced)."""
-    await conn.execute(RESET_CHAIN, chain_id)
+async def reset_chain(conn: Conn, chain_id: int) -> set[str]:
+    """Forget everything indexed from ``chain_id`` (the registry there was replaced); returns
+    the projects deleted."""
+    return {row["project_address"] for row in await conn.fetch(RESET_CHAIN, chain_id)}
 
 
 async def set_head(conn: Conn, chain_id: int, head: int) -> None:
@@ -155,7 +164,7 @@ async def set_head(conn: Conn, chain_id: int, head: int) -> None:
 
 
 async def record_block(
-    conn: Conn, chain_id: int, number: int, block_hash: str, touched: Sequence[str]
+    conn: Conn, chain_id: int, number: int, block_hash: str, touched: Iterable[str]
 ) -> None:
     await conn.execute(RECORD_BLOCK, chain_id, number, block_hash, sorted(touched))
 
@@ -180,6 +189,21 @@ async def known_projects(conn: Conn, chain_id: int) -> set[str]:
 async def delete_projects_created_after(conn: Conn, chain_id: int, block: int) -> set[str]:
     rows = await conn.fetch(DELETE_PROJECTS_CREATED_AFTER, chain_id, block)
     return {row["project_address"] for row in rows}
+
+
+async def current_state(
+    conn: Conn, addresses: Sequence[str]
+) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, int], dict[str, Any]]]:
+    """The stored project rows and milestone rows of ``addresses`` (absent ones left out)."""
+    addresses = list(addresses)
+    if not addresses:
+        return {}, {}
+    projects = await conn.fetch(CURRENT_PROJECTS, addresses)
+    milestones = await conn.fetch(CURRENT_MILESTONES, addresses)
+    return (
+        {row["project_address"]: dict(row) for row in projects},
+        {(row["project_address"], row["milestone_index"]): dict(row) for row in milestones},
+    )
 
 
 async def existing_creations(conn: Conn, addresses: Sequence[str]) -> dict[str, ProjectCreation]:

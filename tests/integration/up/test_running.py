@@ -7,6 +7,7 @@ import json
 import signal
 import socket
 import uuid
+from pathlib import Path
 
 import psutil
 import pytest
@@ -147,3 +148,36 @@ def test_lost_ray_runtime_degrades_to_503_and_recovers(running_up: UpRun) -> Non
     # The runtime started by the reconnect is as private as the first one.
     exposed = [s for s in listening_sockets(running_up) if not is_loopback(s[2])]
     assert not exposed, exposed
+
+
+def test_status_prints_what_runs_where(running_up: UpRun) -> None:
+    text = running_up.cli("status")
+    assert f"marketplace up (pid {running_up.proc.pid})" in text.stdout
+    assert f"url:       {running_up.url}/v1/ (ok)" in text.stdout
+    assert f"data dir:  {running_up.data_dir}" in text.stdout
+
+    [record] = json.loads(running_up.cli("status", "--json").stdout)
+    assert record["dataDir"] == str(running_up.data_dir)
+    assert record["url"] == f"{running_up.url}/v1/"
+    assert record["health"] == "ok"
+    rpc_file = running_up.data_dir / "devnet" / "rpc_url"
+    assert record["chainRpcUrl"] == rpc_file.read_text().strip()
+    assert f"chain RPC: {record['chainRpcUrl']}" in text.stdout
+    live = {p.name(): p.pid for p in running_up.descendants()}
+    assert record["pids"]["up"] == running_up.proc.pid
+    # Still true after the restart of redis above: the record follows restarts.
+    assert record["pids"]["redis"] == live["redis-server"]
+    assert record["pids"]["anvil"] == live["anvil"]
+    assert record["pids"]["postgres"] in {p.pid for p in running_up.tree if p.name() == "postgres"}
+
+
+def test_commands_find_the_running_up_from_any_directory(running_up: UpRun, tmp_path: Path) -> None:
+    user = str(uuid.uuid4())
+    token = running_up.cli("token", "--user-id", user, cwd=tmp_path).stdout.strip()
+    status, _, body = http(
+        f"{running_up.url}/v1/auth/permissions", headers={"Authorization": f"Bearer {token}"}
+    )
+    assert status == 200, body  # signed with the running server's secret
+    info = json.loads(running_up.cli("devnet", "info", "--json", cwd=tmp_path).stdout)
+    assert info["rpcUrl"] == (running_up.data_dir / "devnet" / "rpc_url").read_text().strip()
+    assert list(tmp_path.iterdir()) == []  # nothing created where the commands ran

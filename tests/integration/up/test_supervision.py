@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ pytestmark = pytest.mark.timeout(900)
 def test_sigkill_leaves_no_orphan_and_restart_keeps_chain_state(launch) -> None:
     first = launch("first")
     first.wait_ready()
+    state_file = Path(first.env["XDG_STATE_HOME"]) / "marketplace" / "up.json"
 
     # A second `up` on the same data dir refuses to start, saying why.
     rival = launch("rival", data_dir=first.data_dir)
@@ -31,9 +33,13 @@ def test_sigkill_leaves_no_orphan_and_restart_keeps_chain_state(launch) -> None:
     assert {"postgres", "redis-server", "anvil", "gcs_server", "raylet"} <= names, names
     assert any(name.startswith("ray::") for name in names), names
 
+    assert first.cli("status").returncode == 0
     first.stop(signal.SIGKILL)
     wait_for(lambda: not leftovers(first), 60, f"no process of the killed up: {leftovers(first)}")
     assert "`marketplace up` (pid" in first.log() and "died; stopping" in first.log()
+    # Its record outlives it, but counts for nothing.
+    assert state_file.exists()
+    assert first.cli("status", check=False).returncode == 1
 
     second = launch("second", data_dir=first.data_dir)
     second.wait_ready()
@@ -49,9 +55,13 @@ def test_sigkill_leaves_no_orphan_and_restart_keeps_chain_state(launch) -> None:
 
     wait_for(indexed, 120, "the project in the read model", interval=1)
 
+    [record] = json.loads(second.cli("status", "--json").stdout)
+    assert record["pids"]["up"] == second.proc.pid  # the stale record was replaced
+
     second.descendants()
     assert second.stop(signal.SIGTERM) == 0
     assert not leftovers(second)
+    assert not state_file.exists()  # a clean stop removes its record
     messages = second.log_messages()
     expected = [
         "stopping",

@@ -1,0 +1,253 @@
+"""Cost of the events' order lock: commit throughput of concurrent producing transactions.
+
+Usage: ``.venv/bin/python bench/events_lock.py [--seconds 3] [--concurrency 1,4,16,64]
+[--sync on,off] [--rounds 1] [--output [path]]`` (see bench/README.md).
+
+Every producing transaction writes events last, under ``pg_advisory_xact_lock`` (see
+``marketplace/storage/repositories/events.py``), so producers serialise from their events to
+their commit. This measures what that costs against the same transactions without the lock.
+Each transaction inserts one row into a scratch table (the "change") and then, by mode:
+
+- ``change-only``: nothing more (the floor);
+- ``unordered``: one plain ``INSERT INTO events`` (an outbox without the commit-order guarantee);
+- ``ordered``: ``events.append`` as production does it (one statement: lock, NOTIFY, insert);
+- ``ordered-no-notify``: the same statement without the NOTIFY (what the relay's wake-up costs);
+- ``ordered-2stmt``: the lock as a statement of its own, then the insert (one more round trip
+  while holding the lock: why production uses one statement).
+
+``--concurrency`` producers (one connection each) commit as fast as they can for ``--seconds``
+per run; ``--sync`` runs everything with ``synchronous_commit`` on (durable, the default: each
+commit waits for its WAL flush) and/or off. Everything is local: a scratch embedded PostgreSQL,
+migrated, in a temporary directory removed afterwards. Prints a table (commits/s, p50/p99
+transaction latency, throughput relative to ``unordered``); writes JSON only with ``--output``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import asyncpg  # noqa: E402
+
+from marketplace.embedded.postgres import EmbeddedPostgres  # noqa: E402
+from marketplace.events.types import EventType, NewEvent  # noqa: E402
+from marketplace.storage.migrations import migrate_dsn  # noqa: E402
+from marketplace.storage.repositories import events as repo  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "events_lock.json"
+MODES = ("change-only", "unordered", "ordered", "ordered-no-notify", "ordered-2stmt")
+SCRATCH = """
+CREATE TABLE IF NOT EXISTS bench_changes (
+    id bigserial PRIMARY KEY, worker int NOT NULL, n int NOT NULL, note text NOT NULL
+)
+"""
+CHANGE = "INSERT INTO bench_changes (worker, n, note) VALUES ($1, $2, $3)"
+UNORDERED = "INSERT INTO events (type, subject, payload) VALUES ($1, $2, $3::jsonb)"
+LOCK = "SELECT pg_advisory_xact_lock($1)"
+APPEND_NO_NOTIFY = repo.APPEND.replace("pg_notify($2, '')", "$2::text")
+SUBJECT = "0x" + "ab" * 20
+
+
+def event(n: int) -> NewEvent:
+    return NewEvent(EventType.PROJECT_CHANGED, SUBJECT, {"block": n, "changes": {"status": "x"}})
+
+
+async def transaction(conn: asyncpg.Connection, mode: str, worker: int, n: int) -> None:
+    async with conn.transaction():
+        await conn.execute(CHANGE, worker, n, "change")
+        if mode == "unordered":
+            e = event(n)
+            await conn.execute(UNORDERED, str(e.type), e.subject, json.dumps(e.payload))
+        elif mode == "ordered":
+            await repo.append(conn, [event(n)])
+        elif mode == "ordered-no-notify":
+            e = event(n)
+            await conn.fetch(
+                APPEND_NO_NOTIFY,
+                repo.EVENTS_LOCK_KEY,
+                repo.WAKE_CHANNEL,
+                [str(e.type)],
+                [e.subject],
+                [json.dumps(e.payload)],
+            )
+        elif mode == "ordered-2stmt":
+            e = event(n)
+            await conn.execute(LOCK, repo.EVENTS_LOCK_KEY)
+            await conn.execute(UNORDERED, str(e.type), e.subject, json.dumps(e.payload))
+
+
+async def run(dsn: str, mode: str, concurrency: int, sync: str, seconds: float) -> dict[str, Any]:
+    pool = await asyncpg.create_pool(
+        dsn,
+        min_size=concurrency,
+        max_size=concurrency,
+        server_settings={"synchronous_commit": sync},
+    )
+    assert pool is not None
+    await pool.execute("TRUNCATE bench_changes, events RESTART IDENTITY")
+    latencies: list[float] = []
+    stop_at = 0.0
+
+    async def produce(worker: int) -> None:
+        async with pool.acquire() as conn:
+            n = 0
+            while time.perf_counter() < stop_at:
+                started = time.perf_counter()
+                await transaction(conn, mode, worker, n)  # type: ignore[arg-type]
+                latencies.append(time.perf_counter() - started)
+                n += 1
+
+    # Warm-up (prepared statements, connections), then the measured run.
+    stop_at = time.perf_counter() + 0.5
+    await asyncio.gather(*(produce(w) for w in range(concurrency)))
+    latencies.clear()
+    started = time.perf_counter()
+    stop_at = started + seconds
+    await asyncio.gather(*(produce(w) for w in range(concurrency)))
+    elapsed = time.perf_counter() - started
+    events = await pool.fetchval("SELECT count(*) FROM events")
+    await pool.close()
+    ordered = sorted(latencies)
+    return {
+        "mode": mode,
+        "concurrency": concurrency,
+        "synchronous_commit": sync,
+        "commits": len(ordered),
+        "events": events,
+        "commits_per_s": len(ordered) / elapsed,
+        "p50_ms": 1000 * ordered[len(ordered) // 2],
+        "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
+    }
+
+
+def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    keys = sorted({(r["synchronous_commit"], r["concurrency"], r["mode"]) for r in runs})
+    rows = []
+    for sync, concurrency, mode in keys:
+        same = [
+            r
+            for r in runs
+            if (r["synchronous_commit"], r["concurrency"], r["mode"]) == (sync, concurrency, mode)
+        ]
+        rows.append(
+            {
+                "synchronous_commit": sync,
+                "concurrency": concurrency,
+                "mode": mode,
+                "commits_per_s": statistics.median(r["commits_per_s"] for r in same),
+                "p50_ms": statistics.median(r["p50_ms"] for r in same),
+                "p99_ms": statistics.median(r["p99_ms"] for r in same),
+            }
+        )
+    for row in rows:
+        base = next(
+            r
+            for r in rows
+            if r["mode"] == "unordered"
+            and (r["synchronous_commit"], r["concurrency"])
+            == (row["synchronous_commit"], row["concurrency"])
+        )
+        row["vs_unordered"] = row["commits_per_s"] / base["commits_per_s"]
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print(
+        f"\n{'sync commit':<12}{'producers':>10}  {'mode':<14}{'commits/s':>11}"
+        f"{'p50 ms':>9}{'p99 ms':>9}{'vs unordered':>14}"
+    )
+    for r in rows:
+        print(
+            f"{r['synchronous_commit']:<12}{r['concurrency']:>10}  {r['mode']:<14}"
+            f"{r['commits_per_s']:>11.0f}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}"
+            f"{r['vs_unordered']:>13.2f}x"
+        )
+
+
+async def bench(args: argparse.Namespace, dsn: str) -> list[dict[str, Any]]:
+    await migrate_dsn(dsn)
+    conn = await asyncpg.connect(dsn)
+    await conn.execute(SCRATCH)
+    await conn.close()
+    runs = []
+    for round_ in range(args.rounds):
+        for sync in args.sync:
+            for concurrency in args.concurrency:
+                # Alternate the order between rounds so drift does not favour one mode.
+                modes = MODES if round_ % 2 == 0 else tuple(reversed(MODES))
+                for mode in modes:
+                    result = await run(dsn, mode, concurrency, sync, args.seconds)
+                    result["round"] = round_
+                    runs.append(result)
+                    print(
+                        f"round {round_} sync={sync} c={concurrency:<3} {mode:<14}"
+                        f" {result['commits_per_s']:8.0f} commits/s",
+                        flush=True,
+                    )
+    return runs
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured, per run")
+    parser.add_argument("--concurrency", default="1,4,16,64", help="producers, comma-separated")
+    parser.add_argument("--sync", default="on,off", help="synchronous_commit values")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--output",
+        type=Path,
+        nargs="?",
+        const=RESULTS,
+        default=None,
+        help=f"write the JSON report (default path {RESULTS.relative_to(ROOT)}); none without it",
+    )
+    args = parser.parse_args()
+    args.concurrency = [int(c) for c in args.concurrency.split(",") if c]
+    args.sync = [s for s in args.sync.split(",") if s]
+
+    data_dir = Path(tempfile.mkdtemp(prefix="mkt-bench-events-", dir="/tmp"))
+    os.chmod(data_dir, 0o755)
+    postgres = EmbeddedPostgres(data_dir)
+    try:
+        postgres.start()
+        runs = asyncio.run(bench(args, postgres.dsn))
+    finally:
+        postgres.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    rows = summarise(runs)
+    print_table(rows)
+    report = {
+        "benchmark": "events_lock",
+        "settings": {
+            "seconds": args.seconds,
+            "concurrency": args.concurrency,
+            "synchronous_commit": args.sync,
+            "rounds": args.rounds,
+        },
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "summary": rows,
+        "runs": runs,
+    }
+    if args.output is None:
+        return 0
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"\nwritten to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

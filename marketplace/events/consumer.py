@@ -1,0 +1,155 @@
+"""The consumer API: ``subscribe`` to committed events, ``read_since`` an id (docs/events.md).
+
+A consumer remembers the id of the last event it applied and passes it back after a restart.
+Ids grow in commit order but are not contiguous (a transaction rolled back after writing its
+events leaves a hole), so "after id N" is a complete position.
+
+``subscribe`` reads the Redis Stream the relay fills (``XREAD BLOCK``). Whatever the stream does
+not hold is read from Postgres, the source of truth:
+
+- at the start, when the stream is empty or begins after ``after_id + 1`` (it was trimmed past
+  the consumer, or lost with its Redis server);
+- while reading, whenever the next entry's id skips ids: the skipped ids are looked up in
+  Postgres (usually rolled-back ids, so nothing; after trimming or a Redis restart, the events
+  the stream lost).
+
+Events come out in id order, each once: entries at or below the last yielded id are dropped, so
+an entry relayed twice or read both from Postgres and from the stream is yielded once. Events
+older than the Postgres retention (``MARKETPLACE_EVENTS_RETENTION_HOURS``) are gone for good.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Collection, Mapping
+from typing import Any, cast
+
+import asyncpg
+import redis.asyncio as aioredis
+
+from marketplace.events.types import Event, parse_event
+from marketplace.storage.repositories import events as repo
+
+DEFAULT_STREAM = "marketplace:events"
+PAGE = 500
+# (entry id, fields) as redis-py returns them: bytes or str, depending on the client.
+StreamEntries = list[tuple[bytes | str, dict[Any, Any]]]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _entry_id(entry_id: bytes | str) -> int:
+    return int(_text(entry_id).split("-", 1)[0])
+
+
+def event_from_entry(event_id: int, fields: Mapping[str, str]) -> Event:
+    return parse_event(
+        event_id,
+        fields["type"],
+        fields["subject"],
+        fields["createdAt"],  # type: ignore[arg-type]  # ISO text, parsed by pydantic
+        json.loads(fields["payload"]),
+    )
+
+
+def event_from_row(row: repo.StoredEvent) -> Event:
+    return parse_event(row.id, row.type, row.subject, row.created_at, row.payload)
+
+
+class EventStream:
+    """Subscribe to, and read back, the change events of one deployment."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        pool: asyncpg.Pool,
+        *,
+        stream: str = DEFAULT_STREAM,
+        block_ms: int = 5_000,
+        page: int = PAGE,
+    ) -> None:
+        self.redis = redis
+        self.pool = pool
+        self.stream = stream
+        self.block_ms = block_ms
+        self.page = page
+
+    async def read_since(
+        self,
+        after_id: int,
+        *,
+        types: Collection[str] | None = None,
+        limit: int = PAGE,
+        before_id: int | None = None,
+    ) -> list[Event]:
+        """Up to ``limit`` committed events with ``id > after_id`` (and ``< before_id``), of
+        ``types`` if given, from Postgres, in id order. Call again from the last id for more."""
+        rows = await repo.read_after(
+            self.pool,
+            after_id,
+            limit,
+            before_id=before_id,
+            types=sorted(types) if types is not None else None,
+        )
+        return [event_from_row(row) for row in rows]
+
+    async def subscribe(
+        self, types: Collection[str] | None = None, after_id: int = 0
+    ) -> AsyncGenerator[Event, None]:
+        """Every committed event with ``id > after_id`` (of ``types`` if given), in id order,
+        then new ones as they are relayed; runs until the caller stops iterating."""
+        wanted = frozenset(types) if types is not None else None
+        last = after_id
+        first = await self._first_stream_id()
+        if first is None or first > last + 1:
+            # The stream lacks what follows ``last``: read it from Postgres up to the stream's
+            # first entry, or (empty stream) up to the newest event now; commit order makes
+            # that bound final (no smaller id can commit later).
+            bound = first if first is not None else await repo.last_id(self.pool) + 1
+            async for event in self._from_postgres(last, bound, wanted):
+                yield event
+            last = max(last, bound - 1)
+        while True:
+            reply = cast(
+                list[tuple[Any, StreamEntries]] | None,
+                await self.redis.xread(
+                    {self.stream: f"{last}-0"}, count=self.page, block=self.block_ms
+                ),
+            )
+            for _, entries in reply or ():
+                for entry_id, raw in entries:
+                    event_id = _entry_id(entry_id)
+                    if event_id <= last:
+                        continue
+                    if event_id > last + 1:
+                        async for event in self._from_postgres(last, event_id, wanted):
+                            yield event
+                    last = event_id
+                    fields = {_text(k): _text(v) for k, v in raw.items()}
+                    if wanted is None or fields["type"] in wanted:
+                        yield event_from_entry(event_id, fields)
+
+    async def _first_stream_id(self) -> int | None:
+        head = cast(StreamEntries, await self.redis.xrange(self.stream, "-", "+", count=1))
+        return _entry_id(head[0][0]) if head else None
+
+    async def _from_postgres(
+        self, after_id: int, before_id: int | None, wanted: frozenset[str] | None
+    ) -> AsyncIterator[Event]:
+        """Every committed event strictly between the two ids (of ``wanted``), page by page."""
+        cursor = after_id
+        while True:
+            rows = await repo.read_after(
+                self.pool,
+                cursor,
+                self.page,
+                before_id=before_id,
+                types=sorted(wanted) if wanted is not None else None,
+            )
+            for row in rows:
+                yield event_from_row(row)
+            if len(rows) < self.page:
+                return
+            cursor = rows[-1].id

@@ -1,0 +1,191 @@
+"""The relay: committed events, in id order, from the Postgres outbox to a Redis Stream.
+
+Every frontend runs one (``marketplace.http.app``); exactly one is active. A relay holds a
+session-level ``pg_try_advisory_lock`` on a connection of its own (never the shared pool, whose
+connections are reused and would carry the lock, or the LISTEN, to whoever acquires them next);
+the others retry the lock every ``standby_interval`` and take over within that time once the
+active relay's connection closes (process exit, crash, or a dead network connection noticed by
+the server).
+
+The active relay reads ``id > cursor ORDER BY id LIMIT n``, sends one ``XADD <stream> MAXLEN ~
+<maxlen> <id>-0 type .. subject .. payload .. createdAt ..`` per event in one pipeline, then
+advances the cursor in ``event_relay_cursor``. It wakes on the NOTIFY every producing
+transaction sends at commit, and polls every ``poll_interval`` in case a notification is lost.
+
+Fault contract (at-least-once, and no duplicate in the stream): the cursor moves only after
+Redis accepted the entries. A relay killed between the XADD and the cursor update leaves the
+cursor behind; the next active relay sends those events again, and Redis refuses each one
+because the stream already holds an entry with that id or a larger one ("equal or smaller than
+the target stream top item"), which counts as relayed. Since producers commit in id order
+(``storage/repositories/events.py``), the cursor never passes an event that commits later.
+Consumers still dedupe by id (``consumer.py``): a stream lost with its Redis server is rebuilt
+from the cursor on, and what was older is read from Postgres.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from marketplace.config import Settings
+from marketplace.storage.pool import connect
+from marketplace.storage.repositories import events as repo
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_SECONDS = 10.0
+SWEEP_INTERVAL_SECONDS = 60.0
+SWEEP_BATCH = 10_000
+# Redis's answer to an XADD whose explicit id is not above the stream's last id.
+_ALREADY_IN_STREAM = "equal or smaller than the target stream top item"
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    stream: str
+    maxlen: int
+    poll_interval: float
+    batch_size: int
+    retention: timedelta | None
+    # How often a standby relay tries to become the active one.
+    standby_interval: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RelayConfig:
+        poll = settings.events_relay_poll_interval_ms / 1000
+        hours = settings.events_retention_hours
+        return cls(
+            stream=settings.events_stream,
+            maxlen=settings.events_stream_maxlen,
+            poll_interval=poll,
+            batch_size=settings.events_relay_batch_size,
+            retention=timedelta(hours=hours) if hours else None,
+            standby_interval=max(1.0, 10 * poll),
+        )
+
+
+def stream_entry(event: repo.StoredEvent) -> dict[str, str]:
+    """The fields of an event's stream entry (its id is the entry id ``<id>-0``)."""
+    return {
+        "type": event.type,
+        "subject": event.subject,
+        "payload": event.payload_json,
+        "createdAt": event.created_at.isoformat(),
+    }
+
+
+class EventRelay:
+    def __init__(self, dsn: str, redis: aioredis.Redis, config: RelayConfig) -> None:
+        self.dsn = dsn
+        self.redis = redis
+        self.config = config
+        self.active = False
+        self.relayed = 0  # entries this relay added to the stream
+        self.already_relayed = 0  # entries Redis refused as already there
+        self.activations = 0  # times this relay became the active one
+
+    async def run(self) -> None:
+        """Relay until cancelled; failures are logged and retried with backoff."""
+        backoff = self.config.poll_interval
+        while True:
+            activations = self.activations
+            try:
+                await self._session()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                if self.activations != activations:  # it ran as the active relay meanwhile
+                    backoff = self.config.poll_interval
+                log.warning("event relay failed; retrying in %.1fs", backoff, exc_info=True)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+
+    async def _session(self) -> None:
+        conn = await connect(self.dsn)
+        try:
+            # Standby until the active relay's connection is gone (each try is one round trip).
+            while True:
+                if await repo.try_relay_lock(conn):
+                    break
+                await asyncio.sleep(self.config.standby_interval)
+            self.active = True
+            self.activations += 1
+            log.info("event relay active")
+            wake = asyncio.Event()
+
+            def on_notify(*_: Any) -> None:
+                wake.set()
+
+            await conn.add_listener(repo.WAKE_CHANNEL, on_notify)
+            loop = asyncio.get_running_loop()
+            next_sweep = loop.time()
+            while True:
+                # Cleared before the read: a commit notified during it still wakes the wait.
+                wake.clear()
+                batch = await repo.unrelayed(conn, self.config.batch_size)
+                if batch:
+                    await self._relay(conn, batch)
+                    if len(batch) == self.config.batch_size:
+                        continue
+                if self.config.retention is not None and loop.time() >= next_sweep:
+                    await self._sweep(conn, self.config.retention)
+                    next_sweep = loop.time() + SWEEP_INTERVAL_SECONDS
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), self.config.poll_interval)
+        finally:
+            self.active = False
+            await _close(conn)
+
+    async def _relay(self, conn: asyncpg.Connection, batch: Sequence[repo.StoredEvent]) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for event in batch:
+                pipe.xadd(
+                    self.config.stream,
+                    stream_entry(event),  # type: ignore[arg-type]
+                    id=f"{event.id}-0",
+                    maxlen=self.config.maxlen,
+                    approximate=True,
+                )
+            results = await pipe.execute(raise_on_error=False)
+        last: int | None = None
+        failure: BaseException | None = None
+        for event, result in zip(batch, results, strict=True):
+            if isinstance(result, ResponseError) and _ALREADY_IN_STREAM in str(result):
+                self.already_relayed += 1
+            elif isinstance(result, BaseException):
+                failure = result
+                break
+            else:
+                self.relayed += 1
+            last = event.id
+        if last is not None:
+            await self._mark_relayed(conn, last)
+        if failure is not None:
+            raise failure
+
+    async def _mark_relayed(self, conn: asyncpg.Connection, last_id: int) -> None:
+        await repo.advance_relay_cursor(conn, last_id)
+
+    async def _sweep(self, conn: asyncpg.Connection, retention: timedelta) -> None:
+        deleted = SWEEP_BATCH
+        while deleted == SWEEP_BATCH:
+            deleted = await repo.sweep(conn, retention, SWEEP_BATCH)
+            if deleted:
+                log.info("swept %d relayed events older than %s", deleted, retention)
+
+
+async def _close(conn: asyncpg.Connection) -> None:
+    """Close, releasing the relay lock; never wait long on a dead server."""
+    try:
+        await asyncio.wait_for(conn.close(), 2)
+    except Exception:
+        conn.terminate()

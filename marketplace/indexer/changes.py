@@ -1,0 +1,173 @@
+"""Which change events one indexer transaction writes (pure functions; docs/events.md).
+
+The indexer compares the read-model rows as they were before its upsert with the snapshots it
+writes: a project it did not have is ``project.created``; one whose fields (or milestones)
+differ is ``project.changed`` listing exactly those fields with their new values; a snapshot
+identical to the stored row (a touched project whose change the read model does not show, or a
+replayed batch) is no event. Rollbacks give ``chain.reorg`` and then a ``project.removed`` per
+deleted project.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from marketplace.events.types import EventType, NewEvent, chain_subject
+from marketplace.indexer.snapshot import MilestoneRow, ProjectCreation, ProjectRow
+
+# Compared and reported fields: every snapshot column the upsert may change.
+PROJECT_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(ProjectRow)
+    if f.name not in ("project_address", "created_at")
+)
+MILESTONE_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(MilestoneRow)
+    if f.name not in ("project_address", "milestone_index")
+)
+# Integers the read API writes as decimal strings (USDC amounts, Unix seconds).
+_DECIMAL_STRING_FIELDS = frozenset(
+    {
+        "bid_bond_usdc",
+        "challenge_payout_usdc",
+        "payout_usdc",
+        "challenge_submission_deadline",
+        "challenge_owner_response_deadline",
+        "dispute_opened_at",
+        "dispute_verdict_submitted_at",
+    }
+)
+
+Snapshot = tuple[ProjectRow, list[MilestoneRow], ProjectCreation]
+
+
+def api_name(column: str) -> str:
+    """The read API's name of a read-model column (``bid_bond_usdc`` -> ``bidBondUSDC``)."""
+    head, *rest = column.split("_")
+    name = head + "".join(part.capitalize() for part in rest)
+    return name[: -len("Usdc")] + "USDC" if name.endswith("Usdc") else name
+
+
+def api_value(column: str, value: Any) -> Any:
+    """A column value in the read API's JSON format."""
+    if value is None:
+        return None
+    if column in _DECIMAL_STRING_FIELDS:
+        return str(int(value))
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return list(value)
+    return value
+
+
+def _changes(
+    before: Mapping[str, Any] | None, after: object, fields: Iterable[str]
+) -> dict[str, Any]:
+    changed = {}
+    for column in fields:
+        new = getattr(after, column)
+        if before is None or before[column] != new:
+            changed[api_name(column)] = api_value(column, new)
+    return changed
+
+
+def snapshot_events(
+    before_projects: Mapping[str, Mapping[str, Any]],
+    before_milestones: Mapping[tuple[str, int], Mapping[str, Any]],
+    snapshots: Sequence[Snapshot],
+    written: set[str],
+    *,
+    block: int,
+) -> list[NewEvent]:
+    """Events for the snapshots an upsert wrote (``written``), given the rows before it."""
+    events = []
+    for project, milestones, creation in sorted(snapshots, key=lambda s: s[0].project_address):
+        address = project.project_address
+        if address not in written:
+            continue
+        old = before_projects.get(address)
+        if old is None:
+            events.append(
+                NewEvent(
+                    EventType.PROJECT_CREATED,
+                    address,
+                    {
+                        "block": block,
+                        "ownerAddress": project.owner_address,
+                        "status": project.status,
+                        "projectMode": project.project_mode,
+                        "biddingAccess": project.bidding_access,
+                        "configHash": project.config_hash,
+                        "milestoneCount": project.milestone_count,
+                        "createdBlock": creation.block_number,
+                        "createdLogIndex": creation.log_index,
+                    },
+                )
+            )
+            continue
+        changes = _changes(old, project, PROJECT_FIELDS)
+        milestone_changes = []
+        for milestone in milestones:
+            key = (address, milestone.milestone_index)
+            changed = _changes(before_milestones.get(key), milestone, MILESTONE_FIELDS)
+            if changed:
+                milestone_changes.append(
+                    {"milestoneIndex": milestone.milestone_index, "changes": changed}
+                )
+        if changes or milestone_changes:
+            events.append(
+                NewEvent(
+                    EventType.PROJECT_CHANGED,
+                    address,
+                    {"block": block, "changes": changes, "milestones": milestone_changes},
+                )
+            )
+    return events
+
+
+def reorg_events(
+    *,
+    chain_id: int,
+    fork_block: int,
+    synced_block: int,
+    head_block: int,
+    removed: set[str],
+    resnapshot: Sequence[str],
+) -> list[NewEvent]:
+    """``chain.reorg`` first, so a consumer knows why the removals that follow happen."""
+    removed_sorted = sorted(removed)
+    events = [
+        NewEvent(
+            EventType.CHAIN_REORG,
+            chain_subject(chain_id),
+            {
+                "chainId": chain_id,
+                "forkBlock": fork_block,
+                "depth": max(0, synced_block - fork_block),
+                "previousSyncedBlock": synced_block,
+                "headBlock": head_block,
+                "removedProjects": removed_sorted,
+                "resnapshotProjects": sorted(resnapshot),
+            },
+        )
+    ]
+    events.extend(
+        NewEvent(EventType.PROJECT_REMOVED, address, {"reason": "reorg", "forkBlock": fork_block})
+        for address in removed_sorted
+    )
+    return events
+
+
+def registry_reset_events(removed: set[str]) -> list[NewEvent]:
+    return [
+        NewEvent(EventType.PROJECT_REMOVED, address, {"reason": "registry_changed"})
+        for address in sorted(removed)
+    ]

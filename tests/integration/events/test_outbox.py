@@ -1,0 +1,128 @@
+"""The outbox itself: events exist exactly when their transaction committed, in commit order."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+
+import asyncpg
+import pytest
+
+from marketplace.events.types import EventType
+from marketplace.storage.repositories import events as repo
+from tests.integration.events.conftest import committed_ids, removal
+
+
+class Rollback(Exception):
+    pass
+
+
+async def test_events_are_refused_outside_a_transaction(pool: asyncpg.Pool) -> None:
+    async with pool.acquire() as conn:
+        with pytest.raises(RuntimeError, match="inside the transaction"):
+            await repo.append(conn, [removal(0)])
+    assert await committed_ids(pool) == []
+
+
+async def test_a_rolled_back_transaction_leaves_no_event(pool: asyncpg.Pool) -> None:
+    async with pool.acquire() as conn, conn.transaction():
+        (first,) = await repo.append(conn, [removal(1)])
+
+    async def rolled_back() -> None:
+        async with pool.acquire() as conn, conn.transaction():
+            await repo.append(conn, [removal(2), removal(3)])
+            raise Rollback
+
+    with pytest.raises(Rollback):
+        await rolled_back()
+    async with pool.acquire() as conn, conn.transaction():
+        (last,) = await repo.append(conn, [removal(4)])
+    # The rolled-back ids are a hole, never filled later.
+    assert await committed_ids(pool) == [first, last]
+    assert last == first + 3
+    rows = await repo.read_after(pool, 0, 10)
+    assert [(r.type, r.payload["forkBlock"]) for r in rows] == [
+        (EventType.PROJECT_REMOVED, 1),
+        (EventType.PROJECT_REMOVED, 4),
+    ]
+
+
+async def test_one_transaction_gets_consecutive_ids_in_the_given_order(
+    pool: asyncpg.Pool,
+) -> None:
+    async with pool.acquire() as conn, conn.transaction():
+        ids = await repo.append(conn, [removal(i) for i in range(50)])
+    assert ids == list(range(ids[0], ids[0] + 50))
+    rows = await repo.read_after(pool, 0, 100)
+    assert [r.payload["forkBlock"] for r in rows] == list(range(50))
+
+
+async def test_a_second_producer_waits_until_the_first_commits(pool: asyncpg.Pool) -> None:
+    """What keeps id order equal to commit order: B cannot take an id while A's are open."""
+    a = await pool.acquire()
+    b = await pool.acquire()
+    try:
+        tx_a = a.transaction()
+        await tx_a.start()
+        (id_a,) = await repo.append(a, [removal(1)])
+
+        async def produce_b() -> int:
+            async with b.transaction():
+                (id_b,) = await repo.append(b, [removal(2)])
+            return id_b
+
+        task_b = asyncio.create_task(produce_b())
+        await asyncio.sleep(0.3)
+        assert not task_b.done()
+        # A reader sees neither: A has not committed and B has no id yet.
+        assert await committed_ids(pool) == []
+        await tx_a.commit()
+        id_b = await asyncio.wait_for(task_b, 5)
+        assert id_b > id_a
+        assert await committed_ids(pool) == [id_a, id_b]
+    finally:
+        await pool.release(a)
+        await pool.release(b)
+
+
+async def test_concurrent_producers_never_show_a_smaller_id_after_a_larger_one(
+    pool: asyncpg.Pool,
+) -> None:
+    """A reader that only asks for ``id > last seen`` must end up with every committed id: any
+    id committed after a larger one was visible would be skipped for good."""
+    producers, rounds = 8, 25
+    seen: list[int] = []
+    done = asyncio.Event()
+
+    async def produce(worker: int) -> None:
+        rng = random.Random(worker)
+        for n in range(rounds):
+            with contextlib.suppress(asyncpg.DivisionByZeroError):
+                async with pool.acquire() as conn, conn.transaction():
+                    # Work of random length before the events, which come last.
+                    await conn.execute("SELECT pg_sleep($1)", rng.random() * 0.004)
+                    await repo.append(conn, [removal(n) for _ in range(rng.randint(1, 3))])
+                    if rng.random() < 0.1:
+                        await conn.execute("SELECT 1/0")  # fails at commit time: a hole
+
+    async def observe() -> None:
+        last = 0
+        while True:
+            finished = done.is_set()
+            rows = await repo.read_after(pool, last, 1000)
+            for row in rows:
+                assert row.id > last
+                seen.append(row.id)
+                last = row.id
+            if finished and not rows:
+                return
+            await asyncio.sleep(0.001)
+
+    observer = asyncio.create_task(observe())
+    await asyncio.gather(*(produce(w) for w in range(producers)))
+    done.set()
+    await asyncio.wait_for(observer, 30)
+    committed = await committed_ids(pool)
+    assert len(committed) > producers * rounds // 2
+    assert seen == committed
