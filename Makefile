@@ -7,8 +7,8 @@ up:  ## run the service with embedded dependencies
 	./scripts/up
 test:  ## lint and run the whole test suite (what CI runs)
 	./scripts/test
-lint:  ## ruff check + format check
-	.venv/bin/ruff check . && .venv/bin/ruff format --check .
+lint:  ## ruff check + format check + mypy
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/python -m mypy
 format:  ## format the code
 	.venv/bin/ruff format . && .venv/bin/ruff check --fix .
 contracts:  ## rebuild contract artifacts from contracts/*.sol

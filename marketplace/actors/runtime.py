@@ -176,7 +176,9 @@ class ActorRuntime:
         if self._local_head_died():
             return False
         try:
-            gcs = ray._private.worker.global_worker.gcs_client
+            # Ray's private client (no public async liveness check); typed loosely by Ray.
+            worker: Any = ray._private.worker.global_worker
+            gcs = worker.gcs_client
             node = NodeID.from_hex(ray.get_runtime_context().get_node_id())
             alive = await asyncio.wait_for(
                 gcs.async_check_alive([node], PROBE_TIMEOUT_SECONDS), PROBE_TIMEOUT_SECONDS + 1
@@ -237,7 +239,7 @@ class ActorRuntime:
         return cached
 
     def _create(self, spec: ActorSpec, args: tuple[Any, ...]) -> Any:
-        remote_cls = ray.remote(spec.cls).options(**spec.ray_options(self.namespace))
+        remote_cls: Any = ray.remote(spec.cls).options(**spec.ray_options(self.namespace))
         handle = remote_cls.remote(*args)
         self._handles[spec.name] = handle
         return handle

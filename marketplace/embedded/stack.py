@@ -112,12 +112,12 @@ class EmbeddedStack:
         return dev_session_secret(settings)
 
     def pids(self) -> dict[str, int]:
-        return {
-            server.label: server.pid
-            for server in self.started
-            if isinstance(getattr(server, "label", None), str)
-            and getattr(server, "pid", None) is not None
-        }
+        pids: dict[str, int] = {}
+        for server in self.started:
+            label, pid = getattr(server, "label", None), getattr(server, "pid", None)
+            if isinstance(label, str) and isinstance(pid, int):
+                pids[label] = pid
+        return pids
 
     def watch(
         self, on_fatal: Callable[[str], None], on_restart: Callable[[], object] | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from pydantic.json_schema import (
@@ -280,7 +280,9 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> dict[
     refs, top = models_json_schema(unique, ref_template=REF, schema_generator=_SchemaGenerator)
     schemas: dict[str, Any] = dict(top.get("$defs", {}))
 
-    def resolve(model: type[BaseModel], mode: str) -> dict[str, Any]:
+    def resolve(
+        model: type[BaseModel], mode: Literal["validation", "serialization"]
+    ) -> dict[str, Any]:
         ref = refs[(model, mode)]["$ref"]
         return schemas[ref.rsplit("/", 1)[1]]
 

@@ -135,6 +135,6 @@ async def mirror_indexer_metrics(app: web.Application) -> None:
         log.debug("indexer metrics unavailable", exc_info=True)
         return
     for name, value in values.items():
-        gauge = INDEXER_GAUGES.get(name)
+        gauge = INDEXER_GAUGES.get(name if isinstance(name, str) else name.decode())
         if gauge is not None:
             gauge.set(float(value))

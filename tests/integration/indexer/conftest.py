@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import asyncpg
 import pytest
@@ -29,8 +30,9 @@ def chain(devnet: tuple[AnvilProcess, Deployment]) -> Iterator[Chain]:
         yield driver
 
 
-def engine_config(devnet: tuple[AnvilProcess, Deployment], **overrides: object) -> IndexerConfig:
-    return indexer_config(*devnet, **overrides)
+def engine_config(devnet: tuple[AnvilProcess, Deployment], **overrides: Any) -> IndexerConfig:
+    process, deployment = devnet
+    return indexer_config(process, deployment, **overrides)
 
 
 @pytest.fixture

@@ -152,6 +152,7 @@ async def test_cursor_advances_in_the_same_transaction_and_is_idempotent(
     projects = [chain.create_standard() for _ in range(3)]
     await sync(engine)
     cursor = await pool.fetchrow("SELECT * FROM indexer_cursors")
+    assert cursor is not None
     head = int(chain.rpc("eth_blockNumber"), 16)
     assert cursor["last_synced_block"] == head
     assert cursor["head_block"] == head
@@ -178,7 +179,8 @@ async def test_reorg_within_rollback_depth_converges(
     chain.ok(a.owner, orphan.functions.openBidding())
     await sync(engine)
     assert (await db_project(pool, orphan.address)) is not None
-    assert (await db_project(pool, survivor.address))["status"] == "bidding"
+    survived = await db_project(pool, survivor.address)
+    assert survived is not None and survived["status"] == "bidding"
     orphan_head = int(chain.rpc("eth_blockNumber"), 16)
 
     # A different history of the same or greater length replaces the last 4 blocks.

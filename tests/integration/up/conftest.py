@@ -65,7 +65,9 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: floa
         time.sleep(interval)
 
 
-def http(url: str, method: str = "GET", body: Any = None, headers: dict[str, str] | None = None):
+def http(
+    url: str, method: str = "GET", body: Any = None, headers: dict[str, str] | None = None
+) -> tuple[int, Any, Any]:
     """(status, headers, decoded JSON body) without raising on 4xx/5xx."""
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
@@ -121,7 +123,9 @@ class UpRun:
         self.tree = psutil.Process(self.proc.pid).children(recursive=True)
         return self.tree
 
-    def cli(self, *args: str, cwd: Path | None = None, check: bool = True):
+    def cli(
+        self, *args: str, cwd: Path | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
             [sys.executable, "-m", "marketplace", *args],
             env=self.env,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from tests.integration.up.conftest import http, leftovers, wait_for
 pytestmark = pytest.mark.timeout(900)
 
 
-def test_sigkill_leaves_no_orphan_and_restart_keeps_chain_state(launch) -> None:
+def test_sigkill_leaves_no_orphan_and_restart_keeps_chain_state(launch: Any) -> None:
     first = launch("first")
     first.wait_ready()
     state_file = Path(first.env["XDG_STATE_HOME"]) / "marketplace" / "up.json"
