@@ -10,7 +10,9 @@ server accepts connections, SQLSTATE 57P03 means it refuses them), and a new poo
 refused with 57P03 counts the same. While the server refuses, the pool expires its connections
 (those in use close when released, so running requests finish) and closes the idle ones; requests
 then fail fast with 503 and the server can complete its shutdown. Once it accepts connections
-again the pool reconnects on demand.
+again the pool reconnects on demand. Dedicated connections from :func:`connect` (a LISTEN, a
+session-level lock) are terminated then too; their owners reconnect. One :class:`ServerWatch` per
+event loop and server probes for all of them.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import logging
 import os
 import re
 import struct
-import time
+import weakref
 from collections.abc import Mapping
 from typing import Any, TypeAlias
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -182,6 +184,101 @@ async def probe_server(dsn: str) -> ServerState | None:
     return ServerState.REFUSING
 
 
+def _refusal(exc: asyncpg.CannotConnectNowError) -> ServerState:
+    return ServerState.SHUTTING_DOWN if "shutting down" in str(exc) else ServerState.REFUSING
+
+
+class ServerWatch:
+    """Everything this process holds open to one server, and one probe loop for all of it.
+
+    Pools let go of their connections while the server refuses new ones (see the module doc);
+    dedicated connections (a LISTEN, a session-level lock) are terminated, and their owners'
+    reconnect loops take it from there. The probe runs only while something is registered.
+    """
+
+    def __init__(self, dsn: str, interval: float) -> None:
+        self.dsn = dsn
+        self.interval = interval
+        self.state = ServerState.OK
+        self.pools: weakref.WeakSet[Pool] = weakref.WeakSet()
+        self.connections: weakref.WeakSet[asyncpg.Connection] = weakref.WeakSet()
+        self._task: asyncio.Task[None] | None = None
+
+    def add_pool(self, pool: Pool) -> None:
+        self.pools.add(pool)
+        self._ensure_running()
+
+    def add_connection(self, conn: asyncpg.Connection) -> None:
+        self.connections.add(conn)
+        conn.add_termination_listener(self._connection_closed)
+        self._ensure_running()
+
+    def discard_pool(self, pool: Pool) -> None:
+        self.pools.discard(pool)
+        self._stop_if_idle()
+
+    def _connection_closed(self, conn: asyncpg.Connection) -> None:
+        self.connections.discard(conn)
+        self._stop_if_idle()
+
+    def _ensure_running(self) -> None:
+        if self._task is None and self.interval > 0 and _probe_target(self.dsn) is not None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def _stop_if_idle(self) -> None:
+        if not self.pools and not self.connections and self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            state = await probe_server(self.dsn)
+            if state is not None:
+                self.observe(state)
+
+    def observe(self, state: ServerState) -> None:
+        """Record what the server said; while it refuses, let go of every connection to it."""
+        if state is not self.state:
+            log.log(
+                logging.INFO if state is ServerState.OK else logging.WARNING,
+                "postgres server %s (was %s)",
+                state.value,
+                self.state.value,
+                extra={"server_state": state.value},
+            )
+            self.state = state
+        for pool in list(self.pools):
+            pool.observe(state)
+        if state.refuses:
+            dedicated = [conn for conn in self.connections if not conn.is_closed()]
+            for conn in dedicated:
+                conn.terminate()
+            if dedicated:
+                log.warning(
+                    "closed %d dedicated postgres connections: server refuses", len(dedicated)
+                )
+
+
+_WATCHES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, ServerWatch]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def server_watch(dsn: str, interval: float = PROBE_INTERVAL_SECONDS) -> ServerWatch:
+    """The watch of ``dsn`` in the running event loop (tasks belong to one loop)."""
+    watches = _WATCHES.setdefault(asyncio.get_running_loop(), {})
+    watch = watches.get(dsn)
+    if watch is None:
+        watch = watches[dsn] = ServerWatch(dsn, interval)
+    return watch
+
+
+def observe_server(dsn: str, state: ServerState) -> None:
+    """Report what ``dsn``'s server answered (e.g. to a readiness probe) to its watch."""
+    server_watch(dsn).observe(state)
+
+
 class Pool(asyncpg.Pool):
     """asyncpg's pool that lets go of a server refusing connections (see the module doc)."""
 
@@ -189,30 +286,19 @@ class Pool(asyncpg.Pool):
         super().__init__(dsn, connect=self._connect_watched, **options)
         self.dsn = dsn
         self.server_state = ServerState.OK
-        self.server_state_since = time.monotonic()
-        self._watch_task: asyncio.Task[None] | None = None
+        self._watch: ServerWatch | None = None
         self._letting_go: asyncio.Task[None] | None = None
 
     async def _connect_watched(self, *args: Any, **kwargs: Any) -> asyncpg.Connection:
         try:
             return await asyncpg.connect(*args, **kwargs)
         except asyncpg.CannotConnectNowError as exc:
-            state = (
-                ServerState.SHUTTING_DOWN if "shutting down" in str(exc) else ServerState.REFUSING
-            )
-            self.observe(state)
+            (self._watch or server_watch(self.dsn)).observe(_refusal(exc))
             raise
 
     def observe(self, state: ServerState) -> None:
-        """Record what the server said; while it refuses, let go of its connections."""
-        if state is not self.server_state:
-            log.warning(
-                "postgres server %s (was %s)",
-                state.value,
-                self.server_state.value,
-                extra={"server_state": state.value},
-            )
-            self.server_state, self.server_state_since = state, time.monotonic()
+        """While the server refuses, let go of the pool's connections."""
+        self.server_state = state
         if state.refuses and self._letting_go is None and not self.is_closing():
             self._letting_go = asyncio.get_running_loop().create_task(self._let_go())
 
@@ -233,21 +319,15 @@ class Pool(asyncpg.Pool):
             self._letting_go = None
 
     def start_watch(self, interval: float = PROBE_INTERVAL_SECONDS) -> None:
-        if interval > 0 and self._watch_task is None and _probe_target(self.dsn) is not None:
-            self._watch_task = asyncio.get_running_loop().create_task(self._watch(interval))
-
-    async def _watch(self, interval: float) -> None:
-        while not self.is_closing():
-            await asyncio.sleep(interval)
-            state = await probe_server(self.dsn)
-            if state is not None and not self.is_closing():
-                self.observe(state)
+        self._watch = server_watch(self.dsn, interval)
+        self._watch.add_pool(self)
 
     def _stop_watch(self) -> None:
-        for task in (self._watch_task, self._letting_go):
-            if task is not None:
-                task.cancel()
-        self._watch_task = None
+        if self._watch is not None:
+            self._watch.discard_pool(self)
+            self._watch = None
+        if self._letting_go is not None:
+            self._letting_go.cancel()
 
     async def close(self) -> None:
         self._stop_watch()
@@ -287,6 +367,14 @@ async def create_pool(
 
 
 async def connect(dsn: str) -> asyncpg.Connection:
-    conn = await asyncpg.connect(dsn)
+    """A dedicated connection (outside any pool), terminated while the server refuses new ones:
+    whoever holds it must expect it to close and reconnect."""
+    watch = server_watch(dsn)
+    try:
+        conn = await asyncpg.connect(dsn)
+    except asyncpg.CannotConnectNowError as exc:
+        watch.observe(_refusal(exc))
+        raise
     await _init_connection(conn)
+    watch.add_connection(conn)
     return conn

@@ -35,18 +35,6 @@ def own_postgres() -> Iterator[EmbeddedPostgres]:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def _postmaster_pid(server: EmbeddedPostgres) -> int:
-    return int((server.pgdata / "postmaster.pid").read_text().split()[0])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 async def _eventually(check: Any, seconds: float, what: str) -> None:
     deadline = asyncio.get_running_loop().time() + seconds
     while not await check():
@@ -77,8 +65,8 @@ async def test_smart_shutdown_is_reported_released_and_recovered(
     assert (await client.get("/v1/projects")).status == 200
     assert (await client.get("/v1/api-keys", headers=user.headers)).status == 200
 
-    pid = _postmaster_pid(own_postgres)
-    os.kill(pid, signal.SIGTERM)  # smart shutdown: existing sessions may go on, new ones not
+    assert own_postgres.pid is not None
+    os.kill(own_postgres.pid, signal.SIGTERM)  # smart shutdown: sessions may go on, new ones not
     await _eventually(
         lambda: _probe_is(own_postgres, ServerState.SHUTTING_DOWN), 5, "server never refused"
     )
@@ -96,9 +84,12 @@ async def test_smart_shutdown_is_reported_released_and_recovered(
         assert resp.status == 503, (path, await resp.text())
         assert (await resp.json())["error"] == "service_unavailable"
 
-    # Every pool (this frontend's and each shard actor's) closed its idle connections, so the
-    # server finished its shutdown instead of waiting for them forever.
-    await _eventually(lambda: _gone(pid), 15, "postgres kept waiting for our connections")
+    # Every pool (this frontend's and each shard actor's) closed its idle connections and the
+    # dedicated ones (the event relay's) were closed, so the server finished its shutdown
+    # instead of waiting for them forever.
+    await _eventually(
+        lambda: _exited(own_postgres), 15, "postgres kept waiting for our connections"
+    )
 
     own_postgres.start()
     # Once it is back, everything recovers without a restart.
@@ -111,8 +102,8 @@ async def _probe_is(server: EmbeddedPostgres, state: ServerState) -> bool:
     return await probe_server(server.dsn) is state
 
 
-async def _gone(pid: int) -> bool:
-    return not _alive(pid)
+async def _exited(server: EmbeddedPostgres) -> bool:
+    return server.exit_status() is not None
 
 
 async def _status_is(client: Any, path: str, status: int) -> bool:

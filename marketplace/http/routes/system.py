@@ -31,7 +31,7 @@ from marketplace.http.routes.indexer_status import chain_configured, current_fre
 from marketplace.http.routing import AuthMode, Call, Route, RouteTable
 from marketplace.indexer.health import StaleReason
 from marketplace.metrics import DB_POOL_IDLE, DB_POOL_MAX, DB_POOL_SIZE
-from marketplace.storage.pool import Pool, ServerState, probe_server
+from marketplace.storage.pool import ServerState, observe_server, probe_server
 from marketplace.types import ResponseModel
 
 log = logging.getLogger(__name__)
@@ -116,10 +116,10 @@ async def _answered(check: Awaitable[Any], limit: float) -> bool:
 async def _postgres_state(app: web.Application, limit: float) -> str:
     pool = app[keys.PG_POOL]
     # The server's own answer first: during a smart shutdown pooled connections still work.
-    state = await probe_server(app[keys.SETTINGS].database_url)
+    dsn = app[keys.SETTINGS].database_url
+    state = await probe_server(dsn)
     if state is not None:
-        if isinstance(pool, Pool):
-            pool.observe(state)
+        observe_server(dsn, state)  # let go at once of what this process holds open to it
         if state.refuses:
             return state.value
     if await _answered(pool.fetchval("SELECT 1"), limit):
