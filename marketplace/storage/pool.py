@@ -217,8 +217,9 @@ class ServerWatch:
         self.pools.discard(pool)
         self._stop_if_idle()
 
-    def _connection_closed(self, conn: asyncpg.Connection) -> None:
-        self.connections.discard(conn)
+    def _connection_closed(self, conn: Connection) -> None:
+        if isinstance(conn, asyncpg.Connection):
+            self.connections.discard(conn)
         self._stop_if_idle()
 
     def _ensure_running(self) -> None:
