@@ -126,11 +126,14 @@ class ActorRuntime:
         self._owns_connection = True
         log.info("connected to ray", extra={"ray_address": address or "local"})
 
-    async def connect_async(self) -> None:
-        """:meth:`connect` on the connector thread (where reconnects happen too)."""
+    def _connector_thread(self) -> ThreadPoolExecutor:
         if self._connector is None:
             self._connector = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ray-connect")
-        await asyncio.get_running_loop().run_in_executor(self._connector, self.connect)
+        return self._connector
+
+    async def connect_async(self) -> None:
+        """:meth:`connect` on the connector thread (where reconnects happen too)."""
+        await asyncio.get_running_loop().run_in_executor(self._connector_thread(), self.connect)
 
     def shutdown(self) -> None:
         if self._connector is not None:
@@ -207,7 +210,7 @@ class ActorRuntime:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                await loop.run_in_executor(self._connector, self._connect_again)
+                await loop.run_in_executor(self._connector_thread(), self._connect_again)
                 break
             except Exception:
                 log.exception("reconnecting to ray failed; retrying in %g s", delay)

@@ -3,10 +3,11 @@
 ``up`` starts this script first, in a session of its own, with a pipe on its stdin, and puts a
 marker (``MARKETPLACE_UP_INSTANCE=<token>``) in its own environment, which every process it
 starts afterwards inherits: the embedded servers, and Ray's daemons, agents and workers, which
-``up`` does not start itself. When the pipe closes (``up`` stopped, or died of anything,
-SIGKILL included), the guardian sends SIGTERM to every process still carrying the marker, then
-SIGKILL to those left after a grace period. It holds ``up``'s data-dir lock until then, so a new
-``up`` on the same data dir starts only once the old one's processes are gone.
+``up`` does not start itself. Descendants of a marked process count too (PostgreSQL's children
+overwrite their environment area with their process titles). When the pipe closes (``up``
+stopped, or died of anything, SIGKILL included), the guardian sends SIGTERM to every such
+process, then SIGKILL to those left after a grace period. It holds ``up``'s data-dir lock until
+then, so a new ``up`` on the same data dir starts only once the old one's processes are gone.
 
 Run as a script with ``python -I`` (standard library only, so it starts fast and cannot import
 anything from the directory it lives in).
@@ -33,33 +34,63 @@ def _say(text: str) -> None:
         print(f"marketplace up guardian: {text}", file=sys.stderr, flush=True)
 
 
-def marked_processes(token: str) -> dict[int, str]:
-    """pid -> command name of every process (but this one) whose environment has the marker."""
+def _stat(pid: str) -> tuple[int, int, str] | None:
+    """(parent pid, start time, state) of a process, None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            fields = handle.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return int(fields[1]), int(fields[19]), fields[0]
+
+
+def marked_processes(token: str) -> dict[tuple[int, int], str]:
+    """(pid, start time) -> command name of every live process (but this one) whose environment
+    has the marker, and of their descendants."""
     marker = f"{MARKER_ENV}={token}".encode()
     me = os.getpid()
-    found: dict[int, str] = {}
+    parents: dict[int, int] = {}
+    starts: dict[int, int] = {}
+    marked: set[int] = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me:
             continue
+        info = _stat(entry)
+        if info is None or info[2] in ("Z", "X"):
+            continue
+        pid = int(entry)
+        parents[pid], starts[pid] = info[0], info[1]
         try:
             with open(f"/proc/{entry}/environ", "rb") as handle:
-                environ = handle.read()
-            if marker not in environ.split(b"\0"):
-                continue
-            with open(f"/proc/{entry}/comm", encoding="utf-8", errors="replace") as handle:
-                found[int(entry)] = handle.read().strip()
+                if marker in handle.read().split(b"\0"):
+                    marked.add(pid)
         except OSError:
-            continue  # gone meanwhile, a zombie, or not ours to read
+            continue  # gone meanwhile, or not ours to read
+    grew = True
+    while grew:
+        children = {pid for pid, parent in parents.items() if parent in marked} - marked
+        grew = bool(children)
+        marked |= children
+    found: dict[tuple[int, int], str] = {}
+    for pid in marked:
+        try:
+            with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as handle:
+                found[(pid, starts[pid])] = handle.read().strip()
+        except OSError:
+            continue
     return found
 
 
 def sweep(token: str) -> int:
     """Stop every marked process; returns how many there were."""
-    seen: dict[int, str] = {}
+    targets: dict[tuple[int, int], str] = {}
     started = time.monotonic()
+    signalled: set[tuple[int, int]] = set()
     killing = False
     while True:
-        alive = marked_processes(token)
+        targets.update(marked_processes(token))
+        # Still the same processes (a pid reused since has another start time).
+        alive = {key: name for key, name in targets.items() if _same(key)}
         if not alive:
             break
         elapsed = time.monotonic() - started
@@ -69,17 +100,22 @@ def sweep(token: str) -> int:
         if elapsed > TERM_GRACE_SECONDS and not killing:
             killing = True
             _say(f"still running after {TERM_GRACE_SECONDS:g} s, killing: {_describe(alive)}")
-        for pid, name in alive.items():
-            if killing or pid not in seen:
-                seen.setdefault(pid, name)
+        for key in alive:
+            if killing or key not in signalled:
+                signalled.add(key)
                 with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL if killing else signal.SIGTERM)
+                    os.kill(key[0], signal.SIGKILL if killing else signal.SIGTERM)
         time.sleep(0.1)
-    return len(seen)
+    return len(targets)
 
 
-def _describe(processes: dict[int, str]) -> str:
-    return ", ".join(f"{name} ({pid})" for pid, name in sorted(processes.items()))
+def _same(key: tuple[int, int]) -> bool:
+    info = _stat(str(key[0]))
+    return info is not None and info[1] == key[1] and info[2] not in ("Z", "X")
+
+
+def _describe(processes: dict[tuple[int, int], str]) -> str:
+    return ", ".join(f"{name} ({pid})" for (pid, _), name in sorted(processes.items()))
 
 
 def main(argv: list[str]) -> int:

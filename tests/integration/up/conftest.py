@@ -54,14 +54,22 @@ def alive(proc: psutil.Process) -> bool:
         return False
 
 
-def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+def wait_for(
+    check: Callable[[], Any],
+    timeout: float,
+    what: str | Callable[[], str],
+    interval: float = 0.2,
+) -> Any:
+    """Poll ``check`` until it returns something true; ``what`` (or its result) says what
+    was awaited when it never does."""
     deadline = time.monotonic() + timeout
     while True:
         result = check()
         if result:
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+            described = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {described}")
         time.sleep(interval)
 
 
@@ -169,7 +177,7 @@ def leftovers(run: UpRun) -> list[str]:
     described = []
     for pid, proc in sorted(found.items()):
         try:
-            described.append(f"{pid} {proc.name()}")
+            described.append(f"{pid} {proc.name()} ({proc.status()}, parent {proc.ppid()})")
         except psutil.NoSuchProcess:
             continue
     return described

@@ -36,7 +36,11 @@ def test_sigkill_leaves_no_orphan_and_restart_keeps_chain_state(launch: Any) -> 
 
     assert first.cli("status").returncode == 0
     first.stop(signal.SIGKILL)
-    wait_for(lambda: not leftovers(first), 60, f"no process of the killed up: {leftovers(first)}")
+    wait_for(
+        lambda: not leftovers(first),
+        60,
+        lambda: f"no process of the killed up: {leftovers(first)}\n{first.log()[-3000:]}",
+    )
     assert "`marketplace up` (pid" in first.log() and "died; stopping" in first.log()
     # Its record outlives it, but counts for nothing.
     assert state_file.exists()
