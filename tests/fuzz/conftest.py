@@ -35,7 +35,14 @@ from marketplace.chain.deploy import Deployment, deploy_dev_defaults
 from marketplace.config import Settings
 from marketplace.http.server import JsonErrorsAppRunner
 from tests.api.records.conftest import seed_dispute, seed_project
-from tests.conftest import Servers, bearer, make_settings, make_token, reset_state
+from tests.conftest import (
+    Servers,
+    bearer,
+    kill_namespace_actors,
+    make_settings,
+    make_token,
+    reset_state,
+)
 
 T = TypeVar("T")
 
@@ -94,7 +101,7 @@ class LiveApp:
         self.loop.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def devnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Deployment]]:
     """anvil with the reference contracts. The seeded projects get the project contract's code,
     so chain reads about them get the answers of a fresh project instead of ``0x``."""
@@ -107,14 +114,24 @@ def devnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Depl
         yield process.rpc_url, deployment
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
+def fuzz_namespace(ray_cluster: None) -> Iterator[str]:
+    """A Ray namespace of the fuzz suites' own, so their actors get the fuzz app's settings
+    (named actors keep the settings they were created with)."""
+    namespace = f"test-fuzz-{uuid.uuid4().hex[:8]}"
+    yield namespace
+    kill_namespace_actors(namespace)
+
+
+@pytest.fixture(scope="package")
 def live_app(
-    servers: Servers, module_namespace: str, devnet: tuple[str, Deployment]
+    servers: Servers, fuzz_namespace: str, devnet: tuple[str, Deployment]
 ) -> Iterator[LiveApp]:
+    """One app for both suites: starting Ray actors and a devnet costs more than either run."""
     rpc_url, deployment = devnet
     settings = make_settings(
         servers,
-        ray_namespace=module_namespace,
+        ray_namespace=fuzz_namespace,
         chain_rpc_url=rpc_url,
         chain_id=deployment.chain_id,
         registry_address=deployment.registry,
@@ -231,6 +248,6 @@ async def _make_caller(base_url: str, database_url: str) -> Caller:
     )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def caller(live_app: LiveApp) -> Caller:
     return live_app.run(_make_caller(live_app.base_url, live_app.settings.database_url))
