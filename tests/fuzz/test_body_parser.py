@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +36,7 @@ from tests.fuzz.conftest import CALLER_USER_ID, CALLER_WALLET, PROJECTS, Caller,
 EVIDENCE_PROJECT = PROJECTS["owner_in_dispute"]
 EVIDENCE_PATH = f"/v1/projects/{EVIDENCE_PROJECT}/dispute-evidence"
 EVIDENCE_HASH = "0x" + "e7" * 32
-EXAMPLES = 500
+EXAMPLES = 1200
 MAX_BODY_BYTES = 256 * 1024  # the default the live app runs with
 
 # --- JSON texts with what we know about them ---------------------------------------------------
@@ -274,9 +275,16 @@ def attempts(draw: st.DrawFn) -> Attempt:
 
     # Checked first of all, while reading: what the body inflates to, and whether it inflates.
     inflated = len(body)
-    encoding = draw(st.sampled_from(["identity"] * 3 + ["gzip", "gzip bomb", "corrupt gzip"]))
+    encoding = draw(
+        st.sampled_from(
+            ["identity"] * 6
+            + ["gzip", "deflate", "gzip bomb", "corrupt gzip", "x-unknown", "br", "zstd"]
+        )
+    )
     if encoding == "gzip":
         body = gzip.compress(body, compresslevel=1)
+    elif encoding == "deflate":
+        body = zlib.compress(body)
     elif encoding == "gzip bomb":
         # Valid JSON followed by whitespace that inflates past the body limit.
         inflated += draw(
@@ -284,7 +292,7 @@ def attempts(draw: st.DrawFn) -> Attempt:
         )
         body = gzip.compress(body + b" " * (inflated - len(body)), compresslevel=9)
     if encoding != "identity":
-        headers["Content-Encoding"] = "gzip"
+        headers["Content-Encoding"] = encoding.removeprefix("corrupt ").removesuffix(" bomb")
     allowed = None if verdict is None else frozenset({verdict})
     if inflated > MAX_BODY_BYTES:
         allowed = frozenset({413})
@@ -295,6 +303,9 @@ def attempts(draw: st.DrawFn) -> Attempt:
         # meets the later checks as a truncated (or still oversize) JSON text.
         allowed = frozenset({400} | ({413} if inflated > MAX_BODY_BYTES else set()))
         allowed |= set() if json_type else {415}
+    elif encoding in ("br", "zstd"):
+        # Codings this server cannot decode (their libraries are not installed).
+        allowed = frozenset({400, 415})
     attempt.notes.append(f"{content_type or 'no content type'}, {encoding}, {len(body)} bytes")
     attempt.body, attempt.headers, attempt.must_be = body, headers, allowed
     return attempt

@@ -38,8 +38,8 @@ CHECKS = [not_a_server_error, status_code_conformance, response_schema_conforman
 # Examples per operation in the fuzzing phase; the coverage phase adds its own bounded set of
 # boundary and invalid values. The agent-key run is about who may call what, not input shapes
 # (the session run covers those), so it fuzzes fewer examples and skips the coverage phase.
-SESSION_MAX_EXAMPLES = 25
-AGENT_KEY_MAX_EXAMPLES = 10
+SESSION_MAX_EXAMPLES = 40
+AGENT_KEY_MAX_EXAMPLES = 15
 
 
 def _config(max_examples: int, *, coverage: bool) -> schemathesis.Config:
