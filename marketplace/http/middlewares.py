@@ -201,7 +201,11 @@ async def _json_errors(
     except MarketplaceError as exc:
         if exc.status >= 500:
             log.warning("request failed: %s", exc.message, extra={"error": exc.code})
-        return error_response(exc, request_id)
+        response = error_response(exc, request_id)
+        if request.content.exception() is not None:
+            # The body could not be decoded: this connection cannot carry another request.
+            response.force_close()
+        return response
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

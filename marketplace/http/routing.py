@@ -316,7 +316,15 @@ async def _validate_body(request: web.Request, model: type[BaseModel]) -> BaseMo
     range, so no body within the size limit can exhaust a stack or turn into a 500. Validation is
     strict: JSON ``true`` or ``"5"`` is not an integer. An empty body counts as ``{}``.
     """
-    raw = await request.read()  # decompressed; aiohttp enforces client_max_size on the result
+    try:
+        raw = await request.read()  # decompressed; aiohttp enforces client_max_size on the result
+    except web.RequestPayloadError:
+        # Corrupt gzip/deflate data or broken chunked framing: the client sent it that way.
+        # Nothing more of the body can be read, so aiohttp must not try to drain it after the
+        # answer (it would log the decoding error as unhandled); the error middleware closes
+        # the connection, whose HTTP parser is now out of step.
+        request.content.feed_eof()
+        raise InvalidRequest("request body could not be decoded") from None
     if not raw.strip():
         raw = b"{}"
     elif not _is_json_media_type(request.content_type) or hdrs.CONTENT_TYPE not in request.headers:

@@ -32,6 +32,7 @@ from marketplace.storage.repositories import challenge_submissions as repo
 from marketplace.types import ZERO_BYTES32
 
 log = logging.getLogger(__name__)
+
 CHALLENGE_SUBMISSION_OF = ContractAbi.load("MarketplaceProject").functions["challengeSubmissionOf"]
 
 
@@ -52,14 +53,12 @@ async def onchain_submission_hash(ctx: ShardContext, project_address: str, submi
         data = await asyncio.wait_for(ctx.chain.call("eth_call", [call, "latest"]), timeout)
         value = CHALLENGE_SUBMISSION_OF.decode_result(data)
     except (RpcError, TimeoutError) as exc:
-        # The detail (it may name the node's address) goes to the log, not to the client.
-        log.warning("chain read for a submission check failed: %r", exc)
+        # The node's address and the client library's wording go to the log, not to the caller.
+        log.warning("submission check: the chain did not answer: %r", exc)
         raise ServiceUnavailable("the chain did not answer the submission check") from exc
     except Exception as exc:  # e.g. "0x" from an address without code: no usable answer
-        log.warning("unexpected answer to a submission check: %r", exc)
-        raise ServiceUnavailable(
-            "unexpected answer from the chain to the submission check"
-        ) from exc
+        log.warning("submission check: unusable answer for %s: %r", project_address, exc)
+        raise ServiceUnavailable("the chain gave no usable answer to the submission check") from exc
     return str(value).lower()
 
 
