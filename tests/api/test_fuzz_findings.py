@@ -15,6 +15,7 @@ import asyncpg
 import pytest
 
 from marketplace.chain.anvil import AnvilProcess
+from tests.api.identity.conftest import create_key
 from tests.api.records.conftest import HASH_A, linked_party, seed_project
 from tests.conftest import Servers, make_settings, new_user
 
@@ -98,3 +99,27 @@ async def test_a_failed_chain_read_is_a_503_that_names_no_internals(
         assert "did not answer" in answer["message"]
         for internal in ("127.0.0.1", str(anvil.port), "http", "Error"):
             assert internal not in answer["message"], answer
+
+
+async def test_the_document_requires_a_body_only_where_an_empty_one_is_refused(
+    client: Any,
+) -> None:
+    """Every request body was documented as required, but an empty body is read as ``{}``: where
+    that is a valid body, a request without one is accepted, so the body is optional."""
+    document = await (await client.get("/v1/openapi.json")).json()
+
+    def required(method: str, path: str) -> bool:
+        return bool(document["paths"][path][method]["requestBody"]["required"])
+
+    user = new_user()
+    resp = await client.post("/v1/projects/create-intents", headers=user.headers)
+    assert resp.status == 201, await resp.text()
+    assert required("post", "/v1/projects/create-intents") is False
+    key = await create_key(client, user)
+    resp = await client.post(f"/v1/api-keys/{key['id']}/rotate", headers=user.headers)
+    assert resp.status == 200, await resp.text()
+    assert required("post", "/v1/api-keys/{keyId}/rotate") is False
+
+    resp = await client.post("/v1/api-keys", headers=user.headers)
+    await _error(resp, 400, "invalid_request")
+    assert required("post", "/v1/api-keys") is True
