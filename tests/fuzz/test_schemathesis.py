@@ -14,6 +14,7 @@ sends the same requests every time, and bounded by ``max-examples`` per operatio
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import aiohttp
@@ -23,6 +24,7 @@ import schemathesis
 from pydantic import SecretStr
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
+    negative_data_rejection,
     response_schema_conformance,
     status_code_conformance,
 )
@@ -31,9 +33,17 @@ from marketplace.config import Settings
 from marketplace.http.app import ROUTES, create_app
 from marketplace.http.openapi import build_openapi
 from marketplace.http.routes.system import API_TITLE, api_description
+from marketplace.types import ADDRESS_PATTERN
 from tests.fuzz.conftest import CALLER_USER_ID, CALLER_WALLET, PROJECTS, Caller, LiveApp
 
-CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance]
+# Beyond the two the issue names: every status must be documented, and a request the document
+# calls invalid must be refused (else the document claims a rule the server does not apply).
+CHECKS = [
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+    negative_data_rejection,
+]
 
 # Examples per operation in the fuzzing phase; the coverage phase adds its own bounded set of
 # boundary and invalid values. The agent-key run is about who may call what, not input shapes
@@ -51,6 +61,8 @@ def _config(max_examples: int, *, coverage: bool) -> schemathesis.Config:
                 "database": "none",
                 # Credentials come from the caller; generated ones would only get 401s.
                 "with-security-parameters": False,
+                # Unknown query parameters are ignored by design (cache busters, tracking).
+                "allow-extra-parameters": False,
             },
             "phases": {"coverage": {"enabled": coverage}, "stateful": {"enabled": False}},
             "suppress-health-check": ["too_slow", "filter_too_much", "data_too_large"],
@@ -84,45 +96,48 @@ agent_key_schema = schemathesis.openapi.from_dict(
 _intents: list[str] = []
 
 
-def flatmap_path_parameters(context: Any, path_parameters: dict[str, Any]) -> Any:
-    """Let generated path parameters sometimes name the caller's seeded rows, so requests get
-    past the 404 and reach the rules and the response models."""
-    if not path_parameters:
-        return st.just(path_parameters)
-    if "projectAddress" in path_parameters:
-        seeded = [{**path_parameters, "projectAddress": a} for a in PROJECTS.values()]
-        return st.sampled_from([path_parameters, *seeded])
-    if "intentId" in path_parameters and _intents:
-        return st.sampled_from([path_parameters, {**path_parameters, "intentId": _intents[0]}])
-    return st.just(path_parameters)
-
-
-# Fields that name the caller or its wallet: a random value is nearly always someone else's
-# (403) or unknown, so sometimes the caller's own value is put in to reach the rest of the rules.
-CALLER_VALUES = {
-    "userId": str(CALLER_USER_ID),
-    "walletAddress": CALLER_WALLET,
-    "bidderWalletAddress": CALLER_WALLET,
-    "submitterAddress": CALLER_WALLET,
-    "ownerAddress": CALLER_WALLET,
+# Values naming the caller, its wallet or its rows. A random value is nearly always someone
+# else's (403) or unknown (404), so hooks sometimes put the caller's own in, to reach the rest of
+# the rules and the response models. Only a value that is already well formed is replaced: a
+# malformed one belongs to a negative case, which must stay negative.
+UUID_SHAPE = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
+ADDRESS_SHAPE = re.compile(ADDRESS_PATTERN)
+CALLER_VALUES: dict[str, tuple[re.Pattern[str], list[str]]] = {
+    "userId": (UUID_SHAPE, [str(CALLER_USER_ID)]),
+    "walletAddress": (ADDRESS_SHAPE, [CALLER_WALLET]),
+    "bidderWalletAddress": (ADDRESS_SHAPE, [CALLER_WALLET]),
+    "submitterAddress": (ADDRESS_SHAPE, [CALLER_WALLET]),
+    "ownerAddress": (ADDRESS_SHAPE, [CALLER_WALLET]),
+}
+PATH_VALUES: dict[str, tuple[re.Pattern[str], list[str]]] = {
+    "projectAddress": (ADDRESS_SHAPE, list(PROJECTS.values())),
+    "intentId": (UUID_SHAPE, _intents),
 }
 
 
-def _sometimes_the_callers(container: Any) -> Any:
+def _sometimes_the_callers(
+    container: Any, values: dict[str, tuple[re.Pattern[str], list[str]]]
+) -> Any:
     if not isinstance(container, dict):
         return st.just(container)
-    own = {name: CALLER_VALUES[name] for name in container if name in CALLER_VALUES}
-    if not own:
-        return st.just(container)
-    return st.sampled_from([container, {**container, **own}])
+    variants = [container]
+    for name, (shape, choices) in values.items():
+        current = container.get(name)
+        if isinstance(current, str) and shape.fullmatch(current):
+            variants += [{**container, name: choice} for choice in choices]
+    return st.sampled_from(variants)
+
+
+def flatmap_path_parameters(context: Any, path_parameters: Any) -> Any:
+    return _sometimes_the_callers(path_parameters, PATH_VALUES)
 
 
 def flatmap_body(context: Any, body: Any) -> Any:
-    return _sometimes_the_callers(body)
+    return _sometimes_the_callers(body, CALLER_VALUES)
 
 
 def flatmap_query(context: Any, query: Any) -> Any:
-    return _sometimes_the_callers(query)
+    return _sometimes_the_callers(query, CALLER_VALUES)
 
 
 for _schema in (session_schema, agent_key_schema):
