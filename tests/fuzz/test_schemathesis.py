@@ -48,8 +48,8 @@ CHECKS = [
 # Examples per operation in the fuzzing phase; the coverage phase adds its own bounded set of
 # boundary and invalid values. The agent-key run is about who may call what, not input shapes
 # (the session run covers those), so it fuzzes fewer examples and skips the coverage phase.
-SESSION_MAX_EXAMPLES = 40
-AGENT_KEY_MAX_EXAMPLES = 15
+SESSION_MAX_EXAMPLES = 80
+AGENT_KEY_MAX_EXAMPLES = 25
 
 
 def _config(max_examples: int, *, coverage: bool) -> schemathesis.Config:
