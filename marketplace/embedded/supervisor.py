@@ -125,8 +125,16 @@ class Guardian:
 
     def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if k != guardian.MARKER_ENV}
+        group = _own_process_group()
         self._proc = subprocess.Popen(
-            [sys.executable, "-I", guardian.__file__, self.token, str(os.getpid())],
+            [
+                sys.executable,
+                "-I",
+                guardian.__file__,
+                self.token,
+                str(os.getpid()),
+                *([str(group)] if group is not None else []),
+            ],
             stdin=subprocess.PIPE,
             env=env,
             # Its own session: out of reach of the terminal's signals and of a kill aimed at
@@ -151,6 +159,24 @@ class Guardian:
             proc.wait(timeout=GUARDIAN_STOP_SECONDS)
         except subprocess.TimeoutExpired:
             log.error("the guardian did not finish; leaving it", extra={"pid": proc.pid})
+
+
+def _own_process_group() -> int | None:
+    """Our process group, if it is ours alone (then the guardian may signal all of it).
+
+    A shell with job control, ``scripts/up`` (exec), systemd and containers all make ``up`` the
+    leader of its group. Otherwise we take a group of our own, unless a terminal is attached:
+    leaving its foreground group would cut ``up`` off from Ctrl-C.
+    """
+    if os.getpgid(0) == os.getpid():
+        return os.getpid()
+    if sys.stdin is not None and sys.stdin.isatty():
+        return None
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        return None
+    return os.getpid()
 
 
 ServeFn = Callable[[Settings, Callable[[Settings], None]], None]

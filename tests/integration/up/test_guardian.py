@@ -1,9 +1,11 @@
-"""The guardian on its own: what carries the marker, and what those started, is stopped once
-the pipe closes; nothing else is."""
+"""The guardian on its own: once its pipe closes, everything that belonged to the dead `up` is
+stopped (its remembered descendants, its process group, carriers of its marker), and nothing
+else is."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -14,38 +16,67 @@ from marketplace.embedded import guardian
 from tests.integration.up.conftest import alive, wait_for
 
 
-def test_guardian_stops_marked_processes_and_their_children_only() -> None:
+def sleeps(*seconds: str) -> list[psutil.Process]:
+    """The live `sleep N` processes for these N."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        argv = proc.info["cmdline"] or []
+        if len(argv) == 2 and argv[0] == "sleep" and argv[1] in seconds:
+            found.append(proc)
+    return found
+
+
+def test_guardian_stops_what_belonged_to_a_killed_up_and_nothing_else() -> None:
     token = "test-" + os.urandom(6).hex()
+    tag = str(4000 + os.getpid() % 1000)  # sleep durations that name this test's processes
+    orphan, own_session, child, marked_s, bystander_s = (f"{tag}{i}" for i in range(5))
+    # A stand-in for `up`, leading its own group; everything it starts ignores SIGTERM and has
+    # no marker: an orphan left in its group, a child in a session of its own (found only because
+    # the guardian remembered it), a plain child.
+    fake_up = subprocess.Popen(
+        [
+            "bash",
+            "-c",
+            f"trap '' TERM; (env -i sleep {orphan} &); setsid env -i sleep {own_session} & "
+            f"env -i sleep {child} & wait",
+        ],
+        start_new_session=True,
+    )
     keeper = subprocess.Popen(
-        [sys.executable, "-I", guardian.__file__, token, str(os.getpid())],
+        [sys.executable, "-I", guardian.__file__, token, str(fake_up.pid), str(fake_up.pid)],
         stdin=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
-    # A marked shell whose child wipes its environment (as PostgreSQL's children overwrite
-    # theirs), one that ignores SIGTERM, and an unmarked bystander.
+    # Outside its tree and group, found by the marker alone; and a bystander.
     marked = subprocess.Popen(
-        ["bash", "-c", "env -i sleep 300 & trap '' TERM; sleep 300; wait"],
-        env={**os.environ, guardian.MARKER_ENV: token},
+        ["sleep", marked_s], env={**os.environ, guardian.MARKER_ENV: token}, start_new_session=True
     )
-    bystander = subprocess.Popen(["sleep", "300"])
+    bystander = subprocess.Popen(["sleep", bystander_s], start_new_session=True)
     try:
-        shell = psutil.Process(marked.pid)
-        children = wait_for(lambda: len(shell.children()) == 2 and shell.children(), 10, "sleeps")
-        assert keeper.poll() is None
+        belonging = wait_for(
+            lambda: len(found := sleeps(orphan, own_session, child)) == 3 and found,
+            10,
+            "the stand-in's processes",
+        )
+        time.sleep(2 * guardian.SNAPSHOT_INTERVAL_SECONDS)  # the guardian has seen them
+        fake_up.send_signal(signal.SIGKILL)
+        fake_up.wait()
         started = time.monotonic()
         assert keeper.stdin is not None
-        keeper.stdin.close()  # as if `up` had died
+        keeper.stdin.close()  # the pipe's last writer is gone, as when `up` dies
         assert keeper.wait(timeout=60) == 0
         elapsed = time.monotonic() - started
-        for proc in [shell, *children]:
+        for proc in [*belonging, psutil.Process(marked.pid)]:
             assert not alive(proc), proc
         assert bystander.poll() is None
-        # The shell ignored SIGTERM: it went at the SIGKILL after the grace period.
+        # They ignored SIGTERM: they went at the SIGKILL after the grace period.
         assert elapsed >= guardian.TERM_GRACE_SECONDS
-        assert b"died; stopping" in (keeper.stderr.read() if keeper.stderr else b"")
+        assert keeper.stderr is not None
+        assert f"(pid {fake_up.pid}) died; stopping".encode() in keeper.stderr.read()
     finally:
-        bystander.kill()
-        bystander.wait()
-        marked.kill()
-        marked.wait()
+        for proc in (bystander, marked, fake_up):
+            proc.kill()
+            proc.wait()
+        for proc in sleeps(orphan, own_session, child):
+            proc.kill()
