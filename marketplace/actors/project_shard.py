@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -33,25 +32,8 @@ from marketplace.actors.runtime import ActorRuntime, stable_shard
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
 from marketplace.interpreter import pin_recursion_limit
+from marketplace.shards import KeyedLocks, ShardContext, ShardOperation
 from marketplace.storage.pool import create_pool
-
-
-@dataclass
-class ShardContext:
-    """What a shard operation may use: the shard's own pool, settings and chain client, and a
-    per-project cache that lives as long as the shard process (rebuildable from Postgres)."""
-
-    pool: asyncpg.Pool
-    settings: Settings
-    chain: JsonRpcClient | None
-    shard_index: int
-    cache: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def project_cache(self, project_address: str) -> dict[str, Any]:
-        return self.cache.setdefault(project_address.lower(), {})
-
-
-ShardOperation = Callable[[ShardContext, str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class ProjectShard:
@@ -62,7 +44,7 @@ class ProjectShard:
         self.shard_index = shard_index
         self._pool: asyncpg.Pool | None = None
         self._pool_lock = asyncio.Lock()
-        self._project_locks: dict[str, asyncio.Lock] = {}
+        self._project_locks = KeyedLocks()
         self._context: ShardContext | None = None
 
     async def context(self) -> ShardContext:
@@ -92,9 +74,7 @@ class ProjectShard:
     @asynccontextmanager
     async def project_writer(self, project_address: str) -> AsyncIterator[None]:
         """Serialise mutations of one project; other projects are not blocked."""
-        key = project_address.lower()
-        lock = self._project_locks.setdefault(key, asyncio.Lock())
-        async with lock:
+        async with self._project_locks.hold(project_address.lower()):
             yield
 
     async def ping(self) -> dict[str, Any]:

@@ -20,11 +20,11 @@ from typing import Any, Final
 
 import asyncpg
 
-from marketplace.actors.project_shard import ShardContext
 from marketplace.chain.abi import ContractAbi
 from marketplace.chain.hashes import direct_config_hash, intent_config_hash
 from marketplace.errors import Conflict, Forbidden, NotFound, ServiceUnavailable
 from marketplace.records.access import caller_wallets, visible_project
+from marketplace.shards import ShardContext
 from marketplace.storage.pool import Connection
 from marketplace.storage.repositories import claims as repo
 from marketplace.storage.repositories import wallet_links

@@ -13,7 +13,6 @@ from typing import Any
 
 import asyncpg
 
-from marketplace.actors.project_shard import ShardContext
 from marketplace.records.access import (
     caller_wallets,
     require_linked,
@@ -26,6 +25,7 @@ from marketplace.records.errors import (
     ProjectModeMismatch,
     ProjectNotBidding,
 )
+from marketplace.shards import ShardContext
 from marketplace.storage.repositories import bid_drafts as repo
 
 

@@ -18,7 +18,6 @@ from typing import Any
 import asyncpg
 from eth_utils import to_checksum_address
 
-from marketplace.actors.project_shard import ShardContext
 from marketplace.chain.abi import ContractAbi
 from marketplace.chain.rpc import RpcError
 from marketplace.errors import ServiceUnavailable
@@ -28,6 +27,7 @@ from marketplace.records.errors import (
     ProjectModeMismatch,
     SubmissionHashMismatch,
 )
+from marketplace.shards import ShardContext
 from marketplace.storage.repositories import challenge_submissions as repo
 from marketplace.types import ZERO_BYTES32
 

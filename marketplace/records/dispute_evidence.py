@@ -15,7 +15,6 @@ from typing import Any
 
 import asyncpg
 
-from marketplace.actors.project_shard import ShardContext
 from marketplace.records.access import caller_wallets, require_linked, visible_project
 from marketplace.records.errors import (
     EvidenceAlreadySubmitted,
@@ -24,6 +23,7 @@ from marketplace.records.errors import (
     NotDisputeParty,
     SubmitterAmbiguous,
 )
+from marketplace.shards import ShardContext
 from marketplace.storage.repositories import dispute_evidence as repo
 
 

@@ -15,12 +15,13 @@ import pytest
 import ray
 from eth_utils import keccak
 
-from marketplace.actors.project_shard import ShardContext, shard_spec
+from marketplace.actors.project_shard import shard_spec
 from marketplace.actors.runtime import stable_shard
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.errors import ServiceUnavailable
 from marketplace.http import keys
 from marketplace.records.challenge_submissions import onchain_submission_hash
+from marketplace.shards import ShardContext
 from tests.api.identity.conftest import Wallet, link_wallet
 from tests.conftest import User, new_user
 from tests.contracts.helpers import Chain
