@@ -28,6 +28,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from marketplace.actors.options import ActorSpec
+from marketplace.aio import wait_event
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
 from marketplace.indexer.engine import IndexerConfig, IndexerEngine
@@ -155,7 +156,7 @@ class ChainIndexer:
     async def _sleep(self, seconds: float) -> None:
         assert self._wake is not None
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), seconds)
+            await wait_event(self._wake, seconds)
         self._wake.clear()
 
     async def _follow_new_heads(self) -> None:

@@ -36,6 +36,7 @@ import asyncpg
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
+from marketplace.aio import wait_event
 from marketplace.config import Settings
 from marketplace.storage.pool import connect
 from marketplace.storage.repositories import events as repo
@@ -140,7 +141,7 @@ class EventRelay:
                     await self._sweep(conn, self.config.retention)
                     next_sweep = loop.time() + SWEEP_INTERVAL_SECONDS
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), self.config.poll_interval)
+                    await wait_event(wake, self.config.poll_interval)
         finally:
             self.active = False
             await _close(conn)

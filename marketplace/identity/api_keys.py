@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
+from marketplace.aio import wait_event
 from marketplace.auth import Principal, PrincipalKind, ResolvedApiKey
 from marketplace.errors import Conflict, Forbidden, NotFound
 from marketplace.pagination import BIGINT_MAX, CursorKind, keyset_page
@@ -307,7 +308,7 @@ class UsageRecorder:
     async def _run(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.interval)
+                await wait_event(self._wake, self.interval)
             self._wake.clear()
             try:
                 await self.flush()

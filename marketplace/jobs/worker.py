@@ -22,6 +22,7 @@ from typing import Any
 
 import asyncpg
 
+from marketplace.aio import wait_event
 from marketplace.config import Settings
 from marketplace.jobs.metrics import JobMetricsRecorder
 from marketplace.jobs.model import (
@@ -180,7 +181,7 @@ class JobWorker:
 
     async def _sleep(self, seconds: float | None) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), seconds)
+            await wait_event(self._wake, seconds)
 
     async def poll_once(self) -> list[Job]:
         """Reap, prune now and then, and claim up to the free slots; attempts start as tasks."""

@@ -1,0 +1,38 @@
+"""The event wait the long-running loops use keeps its timeout and, above all, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from marketplace.aio import wait_event
+
+
+async def test_returns_when_set_and_times_out_otherwise() -> None:
+    event = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.01, event.set)
+    await wait_event(event, 5)
+    with pytest.raises(TimeoutError):
+        await wait_event(asyncio.Event(), 0.01)
+
+
+async def test_a_cancellation_racing_the_wake_up_is_never_lost() -> None:
+    # The race of CPython gh-86296: the event is set and the waiting task cancelled in the same
+    # loop iteration. Whatever wins, the task must end cancelled, not loop on.
+    for _ in range(200):
+        event = asyncio.Event()
+
+        async def loop_until_cancelled(event: asyncio.Event = event) -> None:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await wait_event(event, 10)
+                event.clear()
+
+        task = asyncio.create_task(loop_until_cancelled())
+        await asyncio.sleep(0)
+        event.set()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 2)
