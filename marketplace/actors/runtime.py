@@ -164,6 +164,10 @@ class ActorRuntime:
         """Watch the connection this runtime made; reconnect when the Ray runtime is lost."""
         if not self._owns_connection:
             return  # someone else's connection (tests share one): theirs to look after
+        if ray.util.client.ray.is_connected():
+            # Ray Client (`ray://`) has no local GCS client to probe and its own reconnect grace.
+            log.info("ray client connection: not probed")
+            return
         failures = 0
         while True:
             await asyncio.sleep(PROBE_INTERVAL_SECONDS)
