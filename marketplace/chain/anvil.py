@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from marketplace.embedded.procs import child_options, free_port
+from marketplace.embedded.procs import SupervisedChild, child_options, free_port
 
 ANVIL_BIN_ENV = "MARKETPLACE_ANVIL_BIN"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +53,7 @@ def find_anvil_binary() -> Path:
     )
 
 
-class AnvilProcess:
+class AnvilProcess(SupervisedChild):
     """Start/stop one anvil devnet.
 
     ``port=0`` picks a free port at :meth:`start`. ``block_time=None`` mines a block per
@@ -95,19 +95,6 @@ class AnvilProcess:
     @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    def exit_status(self) -> int | None:
-        """The exit code once anvil has died on its own; None while it runs."""
-        return self._proc.poll() if self._proc is not None else None
-
-    def restart(self) -> None:
-        """Start again on the same port (the URL others were given stays valid)."""
-        self.stop()
-        self.start()
 
     @property
     def log_path(self) -> Path:

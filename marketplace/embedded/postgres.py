@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from marketplace.embedded.procs import (
+    SupervisedChild,
     check_traversable,
     child_options,
     chown_tree,
@@ -39,7 +40,7 @@ SUPERUSER = "postgres"
 STARTUP_TIMEOUT_SECONDS = 60
 
 
-class EmbeddedPostgres:
+class EmbeddedPostgres(SupervisedChild):
     label = "postgres"
 
     def __init__(self, data_dir: Path, *, port: int = 0, database: str = "marketplace") -> None:
@@ -155,18 +156,6 @@ class EmbeddedPostgres:
                     f"see {self.pgdata / 'server.log'}"
                 )
             time.sleep(0.02)
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    def exit_status(self) -> int | None:
-        """The exit code once the server has died on its own; None while it runs."""
-        return self._proc.poll() if self._proc is not None else None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
 
     def _ensure_database(self) -> None:
         psql = ("psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER, "-d", "postgres")

@@ -9,6 +9,7 @@ import secrets
 import signal
 import socket
 import stat
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -126,3 +127,29 @@ def pid_alive(pid: int) -> bool:
         return True
     # The state follows the parenthesised command, which may itself contain spaces.
     return stat_line.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+class SupervisedChild:
+    """What the supervisor of ``up`` needs of a server we run as a child process: its pid, its
+    exit status once it died on its own, and a restart on the same port (the URL others were
+    given stays valid). Subclasses set ``_proc`` in ``start`` and clear it in ``stop``."""
+
+    _proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> str:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def exit_status(self) -> int | None:
+        """The exit code once the server has died on its own; None while it runs."""
+        return self._proc.poll() if self._proc is not None else None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()

