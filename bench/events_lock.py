@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 import asyncpg  # noqa: E402
 
+from bench.report import add_output_option, write_report  # noqa: E402
 from marketplace.embedded.postgres import EmbeddedPostgres  # noqa: E402
 from marketplace.events.types import EventType, NewEvent  # noqa: E402
 from marketplace.storage.migrations import migrate_dsn  # noqa: E402
@@ -206,14 +207,7 @@ def main() -> int:
     parser.add_argument("--concurrency", default="1,4,16,64", help="producers, comma-separated")
     parser.add_argument("--sync", default="on,off", help="synchronous_commit values")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument(
-        "--output",
-        type=Path,
-        nargs="?",
-        const=RESULTS,
-        default=None,
-        help=f"write the JSON report (default path {RESULTS.relative_to(ROOT)}); none without it",
-    )
+    add_output_option(parser, RESULTS)
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",") if c]
     args.sync = [s for s in args.sync.split(",") if s]
@@ -241,11 +235,7 @@ def main() -> int:
         "summary": rows,
         "runs": runs,
     }
-    if args.output is None:
-        return 0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(f"\nwritten to {args.output}")
+    write_report(args.output, report)
     return 0
 
 

@@ -5,7 +5,7 @@ Usage: ``.venv/bin/python bench/indexer_backfill.py [--projects 2000] [--milesto
 
 1. a scratch embedded PostgreSQL (migrated) and Redis in a temporary directory, and an anvil with
    the reference contracts deployed;
-2. ``marketplace devnet seed`` (the same :class:`~marketplace.chain.devnet_client.seed.Seeder`)
+2. ``marketplace devnet seed`` (the same :class:`~marketplace.devnet.seed.Seeder`)
    fills the chain with ``--projects`` projects in every status, ``--milestones`` per standard
    project;
 3. in alternating rounds over the same block range (the deployment's start block to the head):
@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import json
 import os
 import platform
 import shutil
@@ -47,11 +46,12 @@ import asyncpg  # noqa: E402
 import redis.asyncio as aioredis  # noqa: E402
 from web3 import Web3  # noqa: E402
 
-from marketplace.chain.anvil import AnvilProcess  # noqa: E402
-from marketplace.chain.deploy import deploy_dev_defaults  # noqa: E402
-from marketplace.chain.devnet_client.client import DevnetClient  # noqa: E402
-from marketplace.chain.devnet_client.seed import DEFAULT_BLOCK_GAS, Seeder  # noqa: E402
+from bench.report import add_output_option, write_report  # noqa: E402
 from marketplace.chain.rpc import JsonRpcClient  # noqa: E402
+from marketplace.devnet.anvil import AnvilProcess  # noqa: E402
+from marketplace.devnet.client import DevnetClient  # noqa: E402
+from marketplace.devnet.deploy import deploy_dev_defaults  # noqa: E402
+from marketplace.devnet.seed import DEFAULT_BLOCK_GAS, Seeder  # noqa: E402
 from marketplace.embedded.postgres import EmbeddedPostgres  # noqa: E402
 from marketplace.embedded.redis import EmbeddedRedis  # noqa: E402
 from marketplace.indexer.engine import IndexerConfig, IndexerEngine  # noqa: E402
@@ -334,14 +334,7 @@ def main() -> int:
     parser.add_argument("--block-gas", type=int, default=DEFAULT_BLOCK_GAS, help="seed blocks")
     parser.add_argument("--seed", type=int, default=1, help="random seed of the seeder")
     parser.add_argument("--no-redis", action="store_true", help="run the engine without Redis")
-    parser.add_argument(
-        "--output",
-        type=Path,
-        nargs="?",
-        const=RESULTS,
-        default=None,
-        help=f"write the JSON report (default path {RESULTS.relative_to(ROOT)}); none without it",
-    )
+    add_output_option(parser, RESULTS)
     parser.add_argument(
         "--profile", action="store_true", help="cProfile one extra indexer round and print it"
     )
@@ -426,11 +419,7 @@ def main() -> int:
             file=sys.stderr,
         )
     print_table(report)
-    if args.output is None:
-        return 0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(f"\nwritten to {args.output}")
+    write_report(args.output, report)
     return 0
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import json
 import logging
 import os
 import platform
@@ -57,9 +56,11 @@ from aiohttp import web  # noqa: E402
 from pydantic import SecretStr  # noqa: E402
 from web3 import Web3  # noqa: E402
 
-from marketplace.chain.anvil import AnvilProcess  # noqa: E402
-from marketplace.chain.deploy import Deployment, deploy_dev_defaults  # noqa: E402
-from marketplace.chain.devnet_client.client import (  # noqa: E402
+from bench.report import add_output_option, write_report  # noqa: E402
+from marketplace.chain.rpc import JsonRpcClient  # noqa: E402
+from marketplace.config import Settings  # noqa: E402
+from marketplace.devnet.anvil import AnvilProcess  # noqa: E402
+from marketplace.devnet.client import (  # noqa: E402
     DAY,
     MAX_UINT256,
     USDC,
@@ -67,8 +68,7 @@ from marketplace.chain.devnet_client.client import (  # noqa: E402
     TxResult,
     label_hash,
 )
-from marketplace.chain.rpc import JsonRpcClient  # noqa: E402
-from marketplace.config import Settings  # noqa: E402
+from marketplace.devnet.deploy import Deployment, deploy_dev_defaults  # noqa: E402
 from marketplace.embedded.postgres import EmbeddedPostgres  # noqa: E402
 from marketplace.embedded.procs import free_port  # noqa: E402
 from marketplace.embedded.redis import EmbeddedRedis  # noqa: E402
@@ -375,14 +375,7 @@ def main() -> int:
     parser.add_argument("--milestones", type=int, default=3, help="per project of the workload")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument(
-        "--output",
-        type=Path,
-        nargs="?",
-        const=RESULTS,
-        default=None,
-        help=f"write the JSON report (default path {RESULTS.relative_to(ROOT)}); none without it",
-    )
+    add_output_option(parser, RESULTS)
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     if unknown := set(modes) - set(MODES):
@@ -473,11 +466,7 @@ def main() -> int:
         "summary": summary,
         "samples": {r["mode"]: r["samples"] for r in results},
     }
-    if args.output is None:
-        return 0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(f"\nwritten to {args.output}")
+    write_report(args.output, report)
     return 0
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -49,6 +50,7 @@ import aiohttp  # noqa: E402
 import asyncpg  # noqa: E402
 from aiohttp import web  # noqa: E402
 
+from bench.report import add_output_option, write_report  # noqa: E402
 from marketplace.storage.repositories import projects as projects_repo  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "read_throughput.json"
@@ -191,6 +193,10 @@ async def explain(dsn: str) -> dict[str, str]:
             ),
             "detail anonymous": projects_repo.detail_arguments(None, address),
             "detail signed-in viewer": projects_repo.detail_arguments(viewer, address),
+            "records visibility check": (
+                projects_repo.SELECT_VISIBLE_PROJECT_PARTIES,
+                [address, [owner], []],
+            ),
         }
         for name, (sql, args) in cases.items():
             rows = await conn.fetch(f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) {sql}", *args)
@@ -460,7 +466,26 @@ def ray_head(temp_dir: Path) -> tuple[str, Callable[[], None]]:
     )
 
     def stop() -> None:
-        subprocess.run([str(ray_bin), "stop", "--force"], capture_output=True, env=env, timeout=60)
+        # Only this head's processes (their command lines name its temp dir) and their children:
+        # The CLI's stop command would end every Ray runtime on the machine, other people's too.
+        import psutil
+
+        marker = str(temp_dir / "ray")
+        found: dict[int, psutil.Process] = {}
+        for proc in psutil.process_iter(["cmdline"]):
+            try:
+                if any(marker in arg for arg in proc.info["cmdline"] or ()):
+                    for member in (proc, *proc.children(recursive=True)):
+                        found[member.pid] = member
+            except psutil.Error:
+                continue
+        for member in found.values():
+            with contextlib.suppress(psutil.Error):
+                member.terminate()
+        _, alive = psutil.wait_procs(list(found.values()), timeout=15)
+        for member in alive:
+            with contextlib.suppress(psutil.Error):
+                member.kill()
 
     return f"127.0.0.1:{port}", stop
 
@@ -714,14 +739,7 @@ def main() -> None:
         default="",
         help="CPU affinity 'SERVER:CLIENT', e.g. '1:0' (both servers get the same CPUs)",
     )
-    parser.add_argument(
-        "--output",
-        type=Path,
-        nargs="?",
-        const=RESULTS,
-        default=None,
-        help=f"write the JSON report (default path {RESULTS.relative_to(ROOT)}); none without it",
-    )
+    add_output_option(parser, RESULTS)
     parser.add_argument(
         "--py-spy",
         default="",
@@ -760,12 +778,7 @@ def main() -> None:
         **outcome,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    if args.output is None:
-        return
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
-    shown = args.output.relative_to(ROOT) if args.output.is_relative_to(ROOT) else args.output
-    print(f"\nwritten to {shown}")
+    write_report(args.output, report)
 
 
 if __name__ == "__main__":

@@ -69,6 +69,29 @@ class SessionClaims:
     email_verified: bool
     # `iat`: orders the tokens of one user, so the newest one's flags win wherever it is seen.
     issued_at: int
+    # The `email` claim, when present and shaped like an address (see email_claim).
+    email: str | None = None
+
+
+# Bounds of a stored address (RFC 5321 limits a path to 256 octets; 320 is the common
+# local@domain maximum). The `users.email` column checks the same bounds.
+EMAIL_MAX_LENGTH = 320
+
+
+def email_claim(value: object) -> str | None:
+    """The token's `email` claim as an address, or None when it is absent or not one.
+
+    The claim is informational (where to notify the user), so a malformed one does not make the
+    token invalid: it only counts as absent.
+    """
+    if not isinstance(value, str):
+        return None
+    email = value.strip()
+    if not 3 <= len(email) <= EMAIL_MAX_LENGTH or "@" not in email[1:-1]:
+        return None
+    if any(char.isspace() or not char.isprintable() for char in email):
+        return None
+    return email
 
 
 # What a client learns about a refused token: a category, never the library's own wording.
@@ -168,6 +191,7 @@ class SessionVerifier:
             user_id=user_id,
             email_verified=claims.get("email_verified") is True,
             issued_at=int(issued_at),
+            email=email_claim(claims.get("email")),
         )
 
 

@@ -8,7 +8,10 @@ types it produces and consumes. The app factory (``marketplace.http.app``) and t
 import order decides nothing.
 
 References are ``"module:attribute"`` strings resolved when used, so the CLI can list its
-commands without importing the web stack, and this module imports nothing of ours.
+commands without importing the web stack, and this module imports nothing of ours. A CLI command
+is declared with its name and one-line help (all ``marketplace --help`` shows); its module is
+imported only when that command runs, so ``marketplace serve`` never loads, say, the devnet
+tooling.
 
 Adding a capability: write its package (rules, models, repositories) and its routes module, then
 add one :class:`Capability` entry below (and, if it guards mutations, its guard's name in
@@ -28,6 +31,20 @@ GUARD_ORDER: tuple[str, ...] = ("legal_assent", "moderation_suspension")
 
 
 @dataclass(frozen=True)
+class Command:
+    """A ``marketplace`` sub-command.
+
+    ``configure`` names ``fn(parser)``, which adds the command's arguments (and sub-commands) to
+    the sub-parser the CLI made for ``name`` and sets ``func``; the CLI resolves it only when the
+    command line invokes ``name``.
+    """
+
+    name: str
+    help: str
+    configure: str
+
+
+@dataclass(frozen=True)
 class Capability:
     name: str
     summary: str
@@ -40,8 +57,8 @@ class Capability:
     contexts: tuple[str, ...] = ()
     # (name from GUARD_ORDER, ``async fn(call)``) run for every guarded mutation.
     guards: tuple[tuple[str, str], ...] = ()
-    # ``fn(subparsers)`` adding sub-commands to ``marketplace``.
-    cli: tuple[str, ...] = ()
+    # Sub-commands of ``marketplace``, each loaded only when it runs.
+    cli: tuple[Command, ...] = ()
     # Job queues (``QueueSpec``) this capability's work runs on; the jobs capability starts
     # their worker actors (docs/jobs.md).
     queues: tuple[str, ...] = ()
@@ -62,16 +79,26 @@ CAPABILITIES: tuple[Capability, ...] = (
     ),
     Capability(
         name="identity",
-        summary="wallet links, usernames, permissions, agent API keys (spec sections 2, 4, 5)",
+        summary=(
+            "session users, wallet links, usernames, permissions, agent API keys "
+            "(spec sections 2, 4, 5)"
+        ),
         routes=(
             f"{ROUTES}.wallet_links:routes",
             f"{ROUTES}.usernames:routes",
             f"{ROUTES}.permissions:routes",
             f"{ROUTES}.api_keys:routes",
         ),
-        setup=(f"{ROUTES}.api_keys:setup",),
-        contexts=(f"{ROUTES}.api_keys:usage_writer",),
-        cli=("marketplace.identity.cli:register_cli",),
+        # The session recorder first: the key resolver reads it.
+        setup=("marketplace.http.sessions:setup", f"{ROUTES}.api_keys:setup"),
+        contexts=("marketplace.http.sessions:session_writer", f"{ROUTES}.api_keys:usage_writer"),
+        cli=(
+            Command(
+                "admin",
+                "grant, revoke or show permission flags",
+                "marketplace.identity.cli:configure",
+            ),
+        ),
     ),
     Capability(
         name="legal",
@@ -86,7 +113,6 @@ CAPABILITIES: tuple[Capability, ...] = (
         routes=(f"{ROUTES}.indexer_status:routes",),
         setup=(f"{ROUTES}.indexer_status:setup",),
         contexts=(f"{ROUTES}.indexer_status:indexer_actor",),
-        cli=("marketplace.chain.cli:register_cli",),
         produces=("project.created", "project.changed", "project.removed", "chain.reorg"),
     ),
     Capability(
@@ -112,10 +138,54 @@ CAPABILITIES: tuple[Capability, ...] = (
         ),
     ),
     Capability(
+        name="messaging",
+        summary="project chat, direct messages, blocks and mutes, message reports",
+        routes=(f"{ROUTES}.messaging:routes",),
+        produces=("chat.message", "dm.message", "message.reported", "report.updated"),
+    ),
+    Capability(
+        name="moderation",
+        summary="the term filter, offense counters and suspensions, the audit log",
+        routes=(f"{ROUTES}.moderation:routes",),
+        # One term filter per process; the send check of `sends_messages=True` routes.
+        setup=("marketplace.http.moderation_gate:setup",),
+        guards=(
+            (
+                "moderation_suspension",
+                "marketplace.http.moderation_gate:moderation_suspension_guard",
+            ),
+        ),
+        produces=(
+            "moderation.offense",
+            "moderation.suspended",
+            "moderation.suspension_lifted",
+        ),
+    ),
+    Capability(
+        name="stream",
+        summary="the live event stream (Server-Sent Events) of the events each user may see",
+        routes=(f"{ROUTES}.stream:routes",),
+        setup=(f"{ROUTES}.stream:setup",),
+        contexts=(f"{ROUTES}.stream:stream_hub",),
+        # The types with an audience rule in marketplace/stream/audience.py (a test checks).
+        consumes=("project.changed", "chat.message", "dm.message", "report.updated"),
+    ),
+    Capability(
         name="jobs",
         summary="the durable job queue: worker actors for every declared queue, queue metrics",
         setup=("marketplace.http.job_queue:setup",),
         contexts=("marketplace.http.job_queue:job_workers",),
+    ),
+    Capability(
+        name="devnet",
+        summary="`marketplace devnet ...`: drive the local demo chain (never loaded by serve)",
+        cli=(
+            Command(
+                "devnet",
+                "drive the devnet of `marketplace up` (create, bid, dispute, seed, ...)",
+                "marketplace.devnet.cli:configure",
+            ),
+        ),
     ),
 )
 

@@ -8,20 +8,26 @@ import logging
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from marketplace.auth import issue_session_token
-from marketplace.capabilities import CAPABILITIES, resolve
-from marketplace.config import Settings, load_settings
-from marketplace.embedded.state import DATA_DIR_HELP, DataDirNotFound, locate_data_dir
+from marketplace.capabilities import CAPABILITIES, Command, resolve
 from marketplace.logs import configure_logging
-from marketplace.storage.migrations import migrate_dsn
+
+if TYPE_CHECKING:
+    from marketplace.config import Settings
+
+# Every command imports what it needs when it runs, not here: `marketplace serve` must start
+# without loading the embedded stack of `up`, the devnet tooling or web3's client, and
+# `--help` without loading even the settings (tests/unit/core/test_cli_imports.py checks).
 
 log = logging.getLogger("marketplace")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    from marketplace.config import load_settings
+
     overrides = {}
     for name in ("host", "port", "data_dir"):
         value = getattr(args, name, None)
@@ -39,6 +45,7 @@ def _serve(
         prepare_local_ray_environment()  # before anything imports Ray
     from marketplace.http.app import create_app
     from marketplace.http.server import serve
+    from marketplace.storage.migrations import migrate_dsn
 
     if migrate:
         applied = asyncio.run(migrate_dsn(settings.database_url))
@@ -80,6 +87,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    from marketplace.storage.migrations import migrate_dsn
+
     settings = _settings(args)
     configure_logging(settings.log_level, settings.log_json)
     if not settings.database_url:
@@ -91,6 +100,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
+    from marketplace.auth import issue_session_token
+    from marketplace.embedded.state import DataDirNotFound, locate_data_dir
+
     settings = _settings(args)
     if settings.jwt_secret is not None:
         secret = settings.jwt_secret.get_secret_value()
@@ -132,47 +144,89 @@ def cmd_status(args: argparse.Namespace) -> int:
     return print_status(as_json=args.json)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="marketplace", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def with_data_dir(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--data-dir", type=Path, help=DATA_DIR_HELP)
-
-    up = sub.add_parser("up", help="start embedded dependencies as needed, migrate, serve")
+def configure_up(up: argparse.ArgumentParser) -> None:
     up.add_argument("--host")
     up.add_argument("--port", type=int)
     up.add_argument("--data-dir", type=Path, help="default: $MARKETPLACE_DATA_DIR or ./.data")
     up.set_defaults(func=cmd_up)
 
-    serve = sub.add_parser("serve", help="serve against external dependencies only")
+
+def configure_serve(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--skip-migrations", action="store_true")
     serve.set_defaults(func=cmd_serve)
 
-    mig = sub.add_parser("migrate", help="apply database migrations")
+
+def configure_migrate(mig: argparse.ArgumentParser) -> None:
     mig.set_defaults(func=cmd_migrate)
 
-    token = sub.add_parser("token", help="print a session JWT signed with the dev secret")
+
+def configure_token(token: argparse.ArgumentParser) -> None:
+    from marketplace.embedded.state import DATA_DIR_HELP
+
     token.add_argument("--user-id", type=uuid.UUID, required=True)
     token.add_argument("--email-verified", action=argparse.BooleanOptionalAction, default=True)
     token.add_argument("--ttl", type=int, default=3600, help="seconds (default 3600)")
-    with_data_dir(token)
+    token.add_argument("--data-dir", type=Path, help=DATA_DIR_HELP)
     token.set_defaults(func=cmd_token)
 
-    status = sub.add_parser("status", help="show where `marketplace up` runs (exit 1: nowhere)")
+
+def configure_status(status: argparse.ArgumentParser) -> None:
     status.add_argument("--json", action="store_true", help="print the records as JSON")
     status.set_defaults(func=cmd_status)
 
-    for capability in CAPABILITIES:
-        for reference in capability.cli:
-            resolve(reference)(sub)
+
+CORE_COMMANDS: tuple[Command, ...] = (
+    Command(
+        "up",
+        "start embedded dependencies as needed, migrate, serve",
+        f"{__name__}:configure_up",
+    ),
+    Command("serve", "serve against external dependencies only", f"{__name__}:configure_serve"),
+    Command("migrate", "apply database migrations", f"{__name__}:configure_migrate"),
+    Command(
+        "token",
+        "print a session JWT signed with the dev secret",
+        f"{__name__}:configure_token",
+    ),
+    Command(
+        "status",
+        "show where `marketplace up` runs (exit 1: nowhere)",
+        f"{__name__}:configure_status",
+    ),
+)
+
+
+def commands() -> tuple[Command, ...]:
+    """The core commands, then each capability's, in the registry's order."""
+    return (*CORE_COMMANDS, *(command for cap in CAPABILITIES for command in cap.cli))
+
+
+def invoked_command(argv: Sequence[str]) -> str | None:
+    """The sub-command ``argv`` names: its first word that is not an option (the top-level
+    parser has no option taking a value, so no option's value can be mistaken for it)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def build_parser(configured: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The ``marketplace`` parser. Every command is listed (``marketplace --help``), but only
+    those in ``configured`` (all when None) get their arguments: configuring a command imports
+    its module, and ``main`` configures just the one being run."""
+    parser = argparse.ArgumentParser(prog="marketplace", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in commands():
+        command_parser = sub.add_parser(command.name, help=command.help)
+        if configured is None or command.name in configured:
+            resolve(command.configure)(command_parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    if argv is None:
+        argv = sys.argv[1:]
+    command = invoked_command(argv)
+    args = build_parser(() if command is None else (command,)).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

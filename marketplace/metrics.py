@@ -44,6 +44,28 @@ HTTP_STREAM_DURATION = Histogram(
     ["route"],
     buckets=(1, 5, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600),
 )
+# The live event stream (GET /v1/stream, docs/stream.md), per frontend process.
+STREAMS_OPEN = Gauge("marketplace_stream_connections", "Live event streams open on this frontend.")
+STREAM_EVENTS_DELIVERED = Counter(
+    "marketplace_stream_events_delivered_total",
+    "Events written to live event streams, by type and source (live fan-out or catch-up).",
+    ["type", "source"],
+)
+STREAM_DELIVERY_LATENCY = Histogram(
+    "marketplace_stream_delivery_seconds",
+    "From an event's createdAt (its transaction's start) to its write on a live stream "
+    "(live fan-out only; catch-up replays are not delivery latency).",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+STREAMS_CLOSED = Counter(
+    "marketplace_stream_closed_total",
+    "Live event streams closed, by reason: client_gone, overflow (client too slow), shutdown.",
+    ["reason"],
+)
+STREAM_HUB_POSITION = Gauge(
+    "marketplace_stream_hub_position",
+    "Id of the last event this frontend's stream hub has fanned out.",
+)
 ACTOR_CALL_LATENCY = Histogram(
     "marketplace_actor_call_duration_seconds",
     "Latency of Ray actor calls made by the frontend, by actor and method.",
@@ -67,6 +89,36 @@ RATE_LIMITER_FALLBACK_CHECKS = Counter(
 RATE_LIMITER_FALLBACK_ACTIVE = Gauge(
     "marketplace_rate_limiter_fallback_active",
     "1 while this process enforces rate limits on its own because Redis is down.",
+)
+MODERATION_OFFENSES = Counter(
+    "marketplace_moderation_offenses_total",
+    "Offenses recorded: chat or DM sends refused by the term filter, by context.",
+    ["context"],
+)
+MODERATION_SUSPENSIONS = Counter(
+    "marketplace_moderation_suspensions_total",
+    "Suspensions of sending started by an offense that reached the threshold.",
+)
+
+# The batched session recorder (marketplace/identity/session_recorder.py).
+SESSIONS_RECORDED = Counter(
+    "marketplace_sessions_recorded_total",
+    "Session users (e-mail flag, verified address, token iat) written to Postgres; a token "
+    "this process already wrote is not written again.",
+)
+SESSION_RECORD_BATCH_SIZE = Histogram(
+    "marketplace_session_record_batch_size",
+    "Session records per statement written by the session recorder.",
+    buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500),
+)
+SESSION_RECORDS_PENDING = Gauge(
+    "marketplace_session_records_pending",
+    "Session records waiting in this process to be written.",
+)
+SESSION_RECORDS_DROPPED = Counter(
+    "marketplace_session_records_dropped_total",
+    "Session records dropped because the queue was full (Postgres unreachable for long); the "
+    "user's next request records them again.",
 )
 
 # Mirrored from the chain indexer actor (which keeps them in Redis) at each scrape.

@@ -16,6 +16,7 @@ DECIMAL_PATTERN = r"^(0|[1-9][0-9]*)$"
 HEX_SIGNATURE_PATTERN = r"^0x[0-9a-fA-F]+$"
 ZERO_BYTES32 = "0x" + "0" * 64
 ZERO_ADDRESS = "0x" + "0" * 40
+MILESTONE_INDEX_MAX = 65_535
 
 
 @lru_cache(maxsize=65_536)
@@ -28,17 +29,21 @@ def _lower_hex(value: str) -> str:
     return value.lower()
 
 
-# Addresses are accepted in any case and always returned in EIP-55 checksum form.
-Address = Annotated[
-    str,
-    Field(pattern=ADDRESS_PATTERN, examples=["0x5FbDB2315678afecb367f032d93F642f64180aa3"]),
-    AfterValidator(checksum_address),
-]
+_ADDRESS_FIELD = Field(
+    pattern=ADDRESS_PATTERN, examples=["0x5FbDB2315678afecb367f032d93F642f64180aa3"]
+)
+# Addresses are always returned in EIP-55 checksum form.
+Address = Annotated[str, _ADDRESS_FIELD, AfterValidator(checksum_address)]
+# An address a client sends (body, query or path), accepted in any case and lower-cased here at
+# the edge: the form every table stores and every comparison uses, so nothing past the request
+# models lower-cases again.
+LowerAddress = Annotated[str, _ADDRESS_FIELD, AfterValidator(_lower_hex)]
 # bytes32 values are returned lower-case so equal hashes compare equal as strings.
 Bytes32 = Annotated[str, Field(pattern=BYTES32_PATTERN), AfterValidator(_lower_hex)]
 Usdc = Annotated[str, Field(pattern=DECIMAL_PATTERN, description="whole-token USDC units")]
 UnixSeconds = Annotated[str, Field(pattern=DECIMAL_PATTERN, description="Unix seconds")]
 HexSignature = Annotated[str, Field(pattern=HEX_SIGNATURE_PATTERN)]
+MilestoneIndex = Annotated[int, Field(ge=0, le=MILESTONE_INDEX_MAX)]
 
 
 # --- input hygiene ------------------------------------------------------------------------------

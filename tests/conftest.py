@@ -32,7 +32,6 @@ from marketplace.embedded.postgres import EmbeddedPostgres
 from marketplace.embedded.redis import EmbeddedRedis
 from marketplace.http.server import JsonErrorsTestServer
 from marketplace.storage.migrations import migrate_dsn
-from marketplace.storage.repositories import users as users_repo
 
 JWT_SECRET = "test-session-secret-" + "x" * 24
 SCHEDULER_SECRET = "test-scheduler-secret-" + "y" * 24
@@ -128,7 +127,6 @@ async def reset_state(servers: Servers) -> None:
     client = redis_sync.Redis.from_url(servers.redis_url)
     client.flushdb()
     client.close()
-    users_repo.forget_cached_sessions()
 
 
 @pytest.fixture

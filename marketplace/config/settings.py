@@ -14,6 +14,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from marketplace.moderation.terms import load_terms_file
+
 
 class LegalAcceptanceMode(enum.StrEnum):
     STRICT = "strict"
@@ -68,6 +70,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=256 * 1024, ge=1024)
     # Number of shard actors hosting per-project state actors.
     project_shards: int = Field(default=4, ge=1, le=256)
+    # Number of shard actors serialising per-user mutations (moderation state).
+    user_shards: int = Field(default=4, ge=1, le=256)
     actor_call_timeout_seconds: float = Field(default=10.0, gt=0)
 
     log_level: str = "INFO"
@@ -90,6 +94,10 @@ class Settings(BaseSettings):
     # The API-key usage log is buffered in process and written every interval or every N rows.
     api_key_audit_flush_interval_ms: int = Field(default=1000, ge=10)
     api_key_audit_flush_max_rows: int = Field(default=500, ge=1)
+    # The users of verified session tokens are recorded in process and written every interval or
+    # every N users (marketplace/identity/session_recorder.py).
+    session_record_flush_interval_ms: int = Field(default=200, ge=10)
+    session_record_flush_max_rows: int = Field(default=1000, ge=1)
 
     # --- chain and indexer; see docs/chain.md ---------------------------------------------------
     # Empty under `marketplace up`: start an anvil devnet and deploy the reference contracts.
@@ -153,6 +161,26 @@ class Settings(BaseSettings):
     # Relayed events older than this are deleted from Postgres; 0 keeps them forever.
     events_retention_hours: int = Field(default=168, ge=0)
 
+    # --- messaging moderation; see docs/messaging.md -------------------------------------------
+    # Terms refused in chat and DM bodies besides the shipped list, one per line, "#" comments.
+    # Read when the settings load, so a missing or unreadable file stops startup.
+    moderation_terms_file: Path | None = None
+    # This many offenses within the window suspend the account's sending for suspend_seconds.
+    moderation_suspend_after: int = Field(default=3, ge=1)
+    moderation_window_seconds: int = Field(default=86_400, ge=1)
+    moderation_suspend_seconds: int = Field(default=86_400, ge=1)
+
+    # --- live event stream (GET /v1/stream); see docs/stream.md --------------------------------
+    # A heartbeat comment goes to every open stream this often; it also renews the streams'
+    # slot leases in Redis (a lease lives three heartbeats, so a crashed frontend's slots free
+    # themselves) and carries the stream's position.
+    stream_heartbeat_seconds: float = Field(default=15.0, gt=0, le=3600)
+    # Open streams per user across all frontends; one more answers 429 `rate_limited`.
+    stream_max_per_user: int = Field(default=5, ge=1, le=1000)
+    # Events waiting to be written to one stream; a client that falls this far behind is
+    # disconnected (it resumes with Last-Event-ID) instead of holding events for others.
+    stream_queue_size: int = Field(default=256, ge=1, le=100_000)
+
     @field_validator("dispute_admin_wallets")
     @classmethod
     def _check_wallets(cls, value: list[str]) -> list[str]:
@@ -160,6 +188,23 @@ class Settings(BaseSettings):
             if not re.fullmatch(r"0x[0-9a-fA-F]{40}", wallet):
                 raise ValueError(f"not an address: {wallet!r}")
         return [wallet.lower() for wallet in value]
+
+    @field_validator("moderation_terms_file", mode="before")
+    @classmethod
+    def _unset_terms_file(cls, value: object) -> object:
+        # An empty variable means "no extra terms", not the current directory.
+        return None if value == "" else value
+
+    @field_validator("moderation_terms_file")
+    @classmethod
+    def _check_terms_file(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            # Parsed here rather than first used at startup, so the error names the variable.
+            try:
+                load_terms_file(value)
+            except ValueError as exc:
+                raise ValueError(f"MARKETPLACE_MODERATION_TERMS_FILE: {exc}") from None
+        return value
 
     @field_validator("jobs_workers")
     @classmethod

@@ -85,7 +85,7 @@ def dev_session_secret(settings: Settings) -> Settings:
 
 
 def start_chain(settings: Settings, started: list[Stoppable]) -> Settings:
-    from marketplace.chain.devnet import start_devnet
+    from marketplace.devnet.node import start_devnet
 
     return start_devnet(settings, started)
 

@@ -21,14 +21,18 @@ older than the Postgres retention (``MARKETPLACE_EVENTS_RETENTION_HOURS``) are g
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Collection, Mapping
 from typing import Any, cast
 
 import asyncpg
 import redis.asyncio as aioredis
+from pydantic import ValidationError
 
-from marketplace.events.types import Event, parse_event
+from marketplace.events.types import Event, UnknownEvent, parse_event
 from marketplace.storage.repositories import events as repo
+
+log = logging.getLogger(__name__)
 
 DEFAULT_STREAM = "marketplace:events"
 PAGE = 500
@@ -44,18 +48,39 @@ def _entry_id(entry_id: bytes | str) -> int:
     return int(_text(entry_id).split("-", 1)[0])
 
 
+def _parsed(
+    event_id: int, type: str, subject: str, created_at: Any, payload: dict[str, Any]
+) -> Event:
+    try:
+        return parse_event(event_id, type, subject, created_at, payload)
+    except ValidationError:
+        # A payload its type's model refuses is a producer bug; raising here would stop every
+        # consumer at this event for good (each restart reads it again), so it is handed on as
+        # an UnknownEvent, with its raw payload, and logged.
+        log.warning("event %d (%s) does not match its payload model", event_id, type)
+        return UnknownEvent.model_validate(
+            {
+                "id": event_id,
+                "type": type,
+                "subject": subject,
+                "createdAt": created_at,
+                "payload": payload,
+            }
+        )
+
+
 def event_from_entry(event_id: int, fields: Mapping[str, str]) -> Event:
-    return parse_event(
+    return _parsed(
         event_id,
         fields["type"],
         fields["subject"],
-        fields["createdAt"],  # type: ignore[arg-type]  # ISO text, parsed by pydantic
+        fields["createdAt"],  # ISO text, parsed by pydantic
         json.loads(fields["payload"]),
     )
 
 
 def event_from_row(row: repo.StoredEvent) -> Event:
-    return parse_event(row.id, row.type, row.subject, row.created_at, row.payload)
+    return _parsed(row.id, row.type, row.subject, row.created_at, row.payload)
 
 
 class EventStream:
@@ -67,7 +92,9 @@ class EventStream:
         pool: asyncpg.Pool,
         *,
         stream: str = DEFAULT_STREAM,
-        block_ms: int = 5_000,
+        # Well below the Redis client's socket timeout (redis-py's default is 5 s): a server-side
+        # block as long as that makes the client give up on the reply and reconnect.
+        block_ms: int = 1_000,
         page: int = PAGE,
     ) -> None:
         self.redis = redis
@@ -130,6 +157,39 @@ class EventStream:
                     fields = {_text(k): _text(v) for k, v in raw.items()}
                     if wanted is None or fields["type"] in wanted:
                         yield event_from_entry(event_id, fields)
+
+    async def replay(
+        self, after_id: int, through_id: int, types: Collection[str] | None = None
+    ) -> AsyncGenerator[Event, None]:
+        """Every committed event with ``after_id < id <= through_id`` (of ``types`` if given), in
+        id order, each once, then stop: from the stream, and from Postgres for whatever the
+        stream lacks there (trimmed, lost, or not relayed yet). For a bounded catch-up, where
+        ``subscribe`` would go on waiting for new events."""
+        wanted = frozenset(types) if types is not None else None
+        last = after_id
+        while last < through_id:
+            entries = cast(
+                StreamEntries,
+                await self.redis.xrange(
+                    self.stream, f"{last + 1}-0", f"{through_id}-0", count=self.page
+                ),
+            )
+            for entry_id, raw in entries:
+                event_id = _entry_id(entry_id)
+                if event_id <= last:
+                    continue
+                if event_id > last + 1:
+                    async for event in self._from_postgres(last, event_id, wanted):
+                        yield event
+                last = event_id
+                fields = {_text(k): _text(v) for k, v in raw.items()}
+                if wanted is None or fields["type"] in wanted:
+                    yield event_from_entry(event_id, fields)
+            if len(entries) < self.page:
+                break
+        if last < through_id:
+            async for event in self._from_postgres(last, through_id + 1, wanted):
+                yield event
 
     async def _first_stream_id(self) -> int | None:
         head = cast(StreamEntries, await self.redis.xrange(self.stream, "-", "+", count=1))

@@ -36,7 +36,7 @@ import asyncpg
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from marketplace.aio import wait_event
+from marketplace.aio import raise_if_cancelling, wait_event
 from marketplace.config import Settings
 from marketplace.storage.pool import connect
 from marketplace.storage.repositories import events as repo
@@ -104,6 +104,8 @@ class EventRelay:
             except asyncio.CancelledError:
                 raise
             except Exception:
+                # A library may have turned our cancellation into its own error (redis-py does).
+                raise_if_cancelling()
                 if self.activations != activations:  # it ran as the active relay meanwhile
                     backoff = self.config.poll_interval
                 log.warning("event relay failed; retrying in %.1fs", backoff, exc_info=True)

@@ -30,6 +30,13 @@ class EventType(enum.StrEnum):
     CHALLENGE_SUBMISSION_CREATED = "challenge_submission.created"
     CHALLENGE_SUBMISSION_UPDATED = "challenge_submission.updated"
     DISPUTE_EVIDENCE_SUBMITTED = "dispute_evidence.submitted"
+    CHAT_MESSAGE = "chat.message"
+    DM_MESSAGE = "dm.message"
+    MESSAGE_REPORTED = "message.reported"
+    REPORT_UPDATED = "report.updated"
+    MODERATION_OFFENSE = "moderation.offense"
+    MODERATION_SUSPENDED = "moderation.suspended"
+    MODERATION_SUSPENSION_LIFTED = "moderation.suspension_lifted"
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,11 @@ class NewEvent:
 def chain_subject(chain_id: int) -> str:
     """Subject of chain-wide events (``chain.reorg``)."""
     return f"chain:{chain_id}"
+
+
+def user_subject(user_id: object) -> str:
+    """Subject of the events about one account (moderation): ``user:<uuid>``."""
+    return f"user:{user_id}"
 
 
 # --- payloads ------------------------------------------------------------------------------------
@@ -138,6 +150,61 @@ class DisputeEvidenceSubmittedPayload(Payload):
     userId: str
 
 
+class ChatMessagePayload(Payload):
+    # The body is not in the event: the outbox and the stream outlive a moderator's removal, so
+    # consumers read the message (and its current bodyStatus) by id when they need the text.
+    messageId: str
+    projectAddress: str
+    senderUserId: str
+    senderWalletAddress: str
+
+
+class DmMessagePayload(Payload):
+    messageId: str
+    threadId: str
+    senderUserId: str
+    recipientUserId: str
+
+
+class MessageReportedPayload(Payload):
+    reportId: str
+    messageId: str
+    reporterUserId: str
+    # The author of the reported message (the audit subject).
+    authorUserId: str
+
+
+class ReportUpdatedPayload(Payload):
+    reportId: str
+    messageId: str
+    reporterUserId: str
+    authorUserId: str
+    status: str
+    previousStatus: str
+    # The message's bodyStatus after the transition.
+    bodyStatus: str
+
+
+class ModerationOffensePayload(Payload):
+    offenseId: str
+    userId: str
+    context: str
+    # Offenses counted in the window, this one included.
+    windowTotal: int
+
+
+class ModerationSuspendedPayload(Payload):
+    suspensionId: str
+    userId: str
+    suspendedUntil: str
+
+
+class ModerationSuspensionLiftedPayload(Payload):
+    suspensionId: str
+    userId: str
+    liftedByUserId: str
+
+
 # --- events as consumers receive them -----------------------------------------------------------
 
 
@@ -214,6 +281,41 @@ class DisputeEvidenceSubmitted(Event):
     payload: DisputeEvidenceSubmittedPayload
 
 
+class ChatMessage(Event):
+    type: Literal["chat.message"]
+    payload: ChatMessagePayload
+
+
+class DmMessage(Event):
+    type: Literal["dm.message"]
+    payload: DmMessagePayload
+
+
+class MessageReported(Event):
+    type: Literal["message.reported"]
+    payload: MessageReportedPayload
+
+
+class ReportUpdated(Event):
+    type: Literal["report.updated"]
+    payload: ReportUpdatedPayload
+
+
+class ModerationOffense(Event):
+    type: Literal["moderation.offense"]
+    payload: ModerationOffensePayload
+
+
+class ModerationSuspended(Event):
+    type: Literal["moderation.suspended"]
+    payload: ModerationSuspendedPayload
+
+
+class ModerationSuspensionLifted(Event):
+    type: Literal["moderation.suspension_lifted"]
+    payload: ModerationSuspensionLiftedPayload
+
+
 EVENT_MODELS: dict[str, type[Event]] = {
     EventType.PROJECT_CREATED: ProjectCreated,
     EventType.PROJECT_CHANGED: ProjectChanged,
@@ -226,6 +328,13 @@ EVENT_MODELS: dict[str, type[Event]] = {
     EventType.CHALLENGE_SUBMISSION_CREATED: ChallengeSubmissionCreated,
     EventType.CHALLENGE_SUBMISSION_UPDATED: ChallengeSubmissionUpdated,
     EventType.DISPUTE_EVIDENCE_SUBMITTED: DisputeEvidenceSubmitted,
+    EventType.CHAT_MESSAGE: ChatMessage,
+    EventType.DM_MESSAGE: DmMessage,
+    EventType.MESSAGE_REPORTED: MessageReported,
+    EventType.REPORT_UPDATED: ReportUpdated,
+    EventType.MODERATION_OFFENSE: ModerationOffense,
+    EventType.MODERATION_SUSPENDED: ModerationSuspended,
+    EventType.MODERATION_SUSPENSION_LIFTED: ModerationSuspensionLifted,
 }
 
 

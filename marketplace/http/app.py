@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from marketplace.actors.project_shard import ProjectShards
+from marketplace.actors.keyed_shard import KeyedShards
 from marketplace.actors.runtime import ActorRuntime
 from marketplace.auth import NoApiKeys, SessionVerifier
 from marketplace.capabilities import CAPABILITIES, ordered_guards, resolve
@@ -23,17 +23,14 @@ from marketplace.config import Settings
 from marketplace.events.relay import EventRelay, RelayConfig
 from marketplace.http import keys
 from marketplace.http.middlewares import request_context
-from marketplace.http.ratelimit import RateLimiter
-from marketplace.http.routing import Route, RouteTable, make_endpoint
+from marketplace.http.ratelimit import RATE_LIMITER, RateLimiter
+from marketplace.http.routing import GUARD_HOOKS, ROUTES, Route, RouteTable, make_endpoint
 from marketplace.interpreter import pin_recursion_limit
 from marketplace.logs import AccessLog
+from marketplace.shards import ShardFamily
 from marketplace.storage.pool import create_pool
 
 log = logging.getLogger(__name__)
-
-# Kept importable from here for callers that know the app factory.
-ROUTES = keys.ROUTES
-
 
 ACCESS_LOG_FLUSH_SECONDS = 0.2
 
@@ -65,11 +62,25 @@ async def _postgres(app: web.Application) -> AsyncIterator[None]:
     await app[keys.PG_POOL].close()
 
 
+# Commands wait up to REDIS_POOL_WAIT_SECONDS for a free connection instead of failing at once:
+# redis-py's default pool refuses the 101st concurrent command (MaxConnectionsError, a 503 here),
+# which a burst of clients reaches at once: 500 event streams reconnecting after a frontend
+# restart got 182 such 503s in bench/stream_fanout.py --opening 500.
+REDIS_MAX_CONNECTIONS = 100
+REDIS_POOL_WAIT_SECONDS = 5.0
+
+
 async def _redis(app: web.Application) -> AsyncIterator[None]:
-    client = aioredis.Redis.from_url(app[keys.SETTINGS].redis_url, decode_responses=True)
+    pool = aioredis.BlockingConnectionPool.from_url(
+        app[keys.SETTINGS].redis_url,
+        decode_responses=True,
+        max_connections=REDIS_MAX_CONNECTIONS,
+        timeout=REDIS_POOL_WAIT_SECONDS,
+    )
+    client = aioredis.Redis.from_pool(pool)
     await client.ping()
     app[keys.REDIS] = client
-    app[keys.RATE_LIMITER] = RateLimiter(client, app[keys.SETTINGS])
+    app[RATE_LIMITER] = RateLimiter(client, app[keys.SETTINGS])
     yield
     await client.aclose()
 
@@ -78,8 +89,10 @@ async def _ray(app: web.Application) -> AsyncIterator[None]:
     runtime = ActorRuntime(app[keys.SETTINGS], database_url=app[keys.SETTINGS].database_url)
     await runtime.connect_async()
     app[keys.ACTORS] = runtime
-    app[keys.PROJECT_SHARDS] = ProjectShards(runtime)
+    app[keys.PROJECT_SHARDS] = KeyedShards(runtime, ShardFamily.PROJECT)
     app[keys.PROJECT_SHARDS].warm()
+    # User shards start on first use: until moderation writes, none is needed.
+    app[keys.USER_SHARDS] = KeyedShards(runtime, ShardFamily.USER)
     # A lost Ray runtime degrades actor-backed routes to 503 while this reconnects; reads from
     # Postgres never wait for it.
     supervisor = asyncio.create_task(runtime.supervise())
@@ -117,7 +130,7 @@ def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> w
     app[keys.SETTINGS] = settings
     app[keys.SESSION_VERIFIER] = SessionVerifier(settings)
     app[keys.API_KEY_RESOLVER] = NoApiKeys()
-    app[keys.GUARD_HOOKS] = []
+    app[GUARD_HOOKS] = []
     app[keys.AFTER_REQUEST_HOOKS] = []
     app[keys.METRICS_REFRESHERS] = []
     app[keys.ACCESS_LOG] = AccessLog(
@@ -134,11 +147,11 @@ def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> w
         app.cleanup_ctx.extend(resolve(reference) for reference in capability.contexts)
         for reference in capability.routes:
             routes.extend(resolve(reference).routes)
-    app[keys.GUARD_HOOKS] = [resolve(reference) for _, reference in ordered_guards()]
+    app[GUARD_HOOKS] = [resolve(reference) for _, reference in ordered_guards()]
     for table in extra_routes:
         routes.extend(table.routes)
     for route in routes:
         app.router.add_route(route.method, route.path, make_endpoint(route), name=route.name)
-    app[keys.ROUTES] = routes
+    app[ROUTES] = routes
     pin_recursion_limit()
     return app

@@ -1,4 +1,10 @@
-"""Typed application keys: every shared resource of the aiohttp app, by type."""
+"""Typed application keys: the shared resources of the aiohttp app, by type.
+
+A leaf of ``marketplace.http``: it imports no other module of the package (a test checks), so
+every HTTP module can import it without a cycle. Keys whose value type belongs to another HTTP
+module live beside that type instead (``routing.ROUTES``, ``routing.GUARD_HOOKS``,
+``ratelimit.RATE_LIMITER``).
+"""
 
 from __future__ import annotations
 
@@ -11,15 +17,15 @@ from aiohttp import web
 
 from marketplace.auth import ApiKeyResolver, SessionVerifier
 from marketplace.config import Settings
+from marketplace.identity.session_recorder import SessionRecorder
 from marketplace.jobs.registry import JobRegistry
 from marketplace.logs import AccessLog
+from marketplace.moderation.terms import TermFilter
 
 if TYPE_CHECKING:
     from marketplace.actors.job_worker import JobWorkers
-    from marketplace.actors.project_shard import ProjectShards
+    from marketplace.actors.keyed_shard import KeyedShards
     from marketplace.actors.runtime import ActorRuntime
-    from marketplace.http.ratelimit import RateLimiter
-    from marketplace.http.routing import Call, Route
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings", Settings)
 DATABASE_URL: web.AppKey[str] = web.AppKey("database_url", str)
@@ -27,18 +33,18 @@ REDIS_URL: web.AppKey[str] = web.AppKey("redis_url", str)
 PG_POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pg_pool", asyncpg.Pool)
 REDIS: web.AppKey[aioredis.Redis] = web.AppKey("redis", aioredis.Redis)
 ACTORS: web.AppKey[ActorRuntime] = web.AppKey("actors")
-PROJECT_SHARDS: web.AppKey[ProjectShards] = web.AppKey("project_shards")
+PROJECT_SHARDS: web.AppKey[KeyedShards] = web.AppKey("project_shards")
+USER_SHARDS: web.AppKey[KeyedShards] = web.AppKey("user_shards")
+# The offensive-term filter of this process, built once at startup (see moderation_gate).
+TERM_FILTER: web.AppKey[TermFilter] = web.AppKey("term_filter", TermFilter)
 # The queues whose workers this frontend starts (declared by capabilities; tests swap it).
 JOB_REGISTRY: web.AppKey[JobRegistry] = web.AppKey("job_registry", JobRegistry)
 JOB_WORKERS: web.AppKey[JobWorkers] = web.AppKey("job_workers")
 SESSION_VERIFIER: web.AppKey[SessionVerifier] = web.AppKey("session_verifier", SessionVerifier)
 API_KEY_RESOLVER: web.AppKey[ApiKeyResolver] = web.AppKey("api_key_resolver")
-RATE_LIMITER: web.AppKey[RateLimiter] = web.AppKey("rate_limiter")
-# Checks run, in order, after the verified-email check of every guarded mutation
-# (spec section 5 rules 7-8); the app factory fills it from the capabilities' guards, in
-# marketplace.capabilities.GUARD_ORDER.
-GuardHook = Callable[["Call[Any, Any, Any]"], Awaitable[None]]
-GUARD_HOOKS: web.AppKey[list[GuardHook]] = web.AppKey("guard_hooks", list)
+# Remembers the users of verified session tokens, off the request path (set by the identity
+# capability; see marketplace.identity.session_recorder).
+SESSION_RECORDER: web.AppKey[SessionRecorder] = web.AppKey("session_recorder", SessionRecorder)
 # Called after every response with the request and the final status (e.g. the API-key usage
 # audit). Hooks must not block: they run on the request path, so they only enqueue work.
 AfterRequestHook = Callable[[web.Request, int], None]
@@ -50,9 +56,6 @@ MetricsRefresher = Callable[[web.Application], Awaitable[None]]
 METRICS_REFRESHERS: web.AppKey[list[MetricsRefresher]] = web.AppKey("metrics_refreshers", list)
 
 ACCESS_LOG: web.AppKey[AccessLog] = web.AppKey("access_log", AccessLog)
-
-# Every route the app registered, in registration order (the OpenAPI document is built from it).
-ROUTES: web.AppKey[list[Route]] = web.AppKey("routes", list)
 
 # Per-request storage.
 REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -32,6 +33,7 @@ from marketplace.errors import (
     UnsupportedMediaType,
 )
 from marketplace.http.routing import AuthMode, Route
+from marketplace.moderation.errors import OffensiveContent, SendingSuspended
 from marketplace.types import ResponseModel
 
 REF = "#/components/schemas/{model}"
@@ -43,8 +45,9 @@ SECURITY_SCHEMES = {
         "bearerFormat": "JWT",
         "description": (
             "`Authorization: Bearer <session JWT>` from the identity provider: `sub` is the "
-            "user id (uuid), `email_verified`, `iat` and `exp` are required. In development: "
-            "`marketplace token --user-id <uuid>`."
+            "user id (uuid), `email_verified`, `iat` and `exp` are required. An `email` claim of "
+            "a token with `email_verified` true is kept as the user's notification address. In "
+            "development: `marketplace token --user-id <uuid>`."
         ),
     },
     "agentApiKey": {
@@ -98,6 +101,13 @@ _GUARDED = (
     "assent (`strict`: 403 `legal_acceptance_required` with `missing`; `implicit`: missing "
     "versions are recorded as implied assent)."
 )
+_SENDS_MESSAGES = (
+    "**Sends a message:** after legal assent, a caller whose sending is suspended after "
+    "repeated offenses is refused with 403 `sending_suspended` (`until`: when sending is "
+    "allowed again). Before anything is stored the body passes the offensive-term filter: a "
+    "match is 422 `offensive_content`, the message is not stored and the send counts as an "
+    "offense against the caller's account."
+)
 
 
 class ValidationDetail(ResponseModel):
@@ -130,6 +140,11 @@ class ErrorResponse(ResponseModel):
     missing: list[MissingLegalDocument] | SkipJsonSchema[None] = Field(
         default=None,
         description="403 `legal_acceptance_required` only: required versions not yet accepted",
+        json_schema_extra=_no_default,
+    )
+    until: datetime | SkipJsonSchema[None] = Field(
+        default=None,
+        description="403 `sending_suspended` only: when sending is allowed again (date-time)",
         json_schema_extra=_no_default,
     )
 
@@ -176,6 +191,8 @@ def error_example(error: type[MarketplaceError], code: str) -> dict[str, Any]:
         ]
     if issubclass(error, LegalAcceptanceRequired):
         example["missing"] = [{"documentType": "terms", "version": "2025-03-01"}]
+    # Errors with spec-defined extra fields show them in their example.
+    example.update(getattr(error, "example_extra", {}))
     return example
 
 
@@ -226,7 +243,7 @@ def _openapi_path(path: str) -> str:
 
 def _errors_of(route: Route) -> list[type[MarketplaceError]]:
     errors: list[type[MarketplaceError]] = list(route.errors)
-    if route.body or route.query or route.path_params:
+    if route.body or route.query or route.path_params or route.header_params:
         errors.append(InvalidRequest)
     if route.body:
         errors.extend((PayloadTooLarge, UnsupportedMediaType))
@@ -236,6 +253,8 @@ def _errors_of(route: Route) -> list[type[MarketplaceError]]:
         errors.append(Forbidden)  # an agent key on a session-only route
     if route.guarded:
         errors.extend((EmailNotVerified, LegalAcceptanceRequired))
+    if route.sends_messages:
+        errors.extend((SendingSuspended, OffensiveContent))
     if route.rate_limited:
         errors.append(RateLimited)
     errors.append(ServiceUnavailable)
@@ -250,6 +269,8 @@ def _description(route: Route) -> str:
     parts.append(access)
     if route.guarded:
         parts.append(_GUARDED)
+    if route.sends_messages:
+        parts.append(_SENDS_MESSAGES)
     return "\n\n".join(parts)
 
 
@@ -273,7 +294,7 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> dict[
             models.append((route.body, "validation"))
         if route.response is not None:
             models.append((route.response, "serialization"))
-        for params in (route.query, route.path_params):
+        for params in (route.query, route.path_params, route.header_params):
             if params is not None:
                 models.append((params, "validation"))
     unique = list(dict.fromkeys(models))
@@ -298,8 +319,14 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> dict[
         operation["description"] = _description(route)
         if route.guarded:
             operation["x-guarded"] = True
+        if route.sends_messages:
+            operation["x-sends-messages"] = True
         parameters = []
-        for location, model in (("path", route.path_params), ("query", route.query)):
+        for location, model in (
+            ("path", route.path_params),
+            ("query", route.query),
+            ("header", route.header_params),
+        ):
             if model is None:
                 continue
             schema = resolve(model, "validation")
@@ -471,7 +498,14 @@ SPEC_AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "POST /v1/messages/reports/{reportId}/status",
         ),
     ),
-    ("Moderation", ("GET /v1/moderation/offenses", "GET /v1/moderation/audit")),
+    (
+        "Moderation",
+        (
+            "GET /v1/moderation/offenses",
+            "GET /v1/moderation/audit",
+            "DELETE /v1/moderation/suspensions/{userId}",
+        ),
+    ),
     ("Notifications", ("GET /v1/notifications/deliveries",)),
     (
         "Leaderboards and agent profiles",

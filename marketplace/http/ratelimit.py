@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 from aiohttp import web
@@ -33,9 +32,6 @@ from marketplace.config.settings import parse_rate
 from marketplace.errors import RateLimited
 from marketplace.gcra import Gcra, Rate, Verdict
 from marketplace.metrics import RATE_LIMITED
-
-if TYPE_CHECKING:
-    from marketplace.http.routing import Route
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +53,15 @@ def client_address(request: web.Request) -> str:
 
 
 class RateLimiter:
+    """Both limits; per-route limits are looked up by route name (``Settings.rate_for``)."""
+
     def __init__(self, redis: aioredis.Redis, settings: Settings) -> None:
         self.settings = settings
         self.gcra = Gcra(redis)
         self.auth_failure_rate = Rate(*parse_rate(settings.rate_limit_auth_failures))
 
     async def check(
-        self, request: web.Request, route: Route, principal: Principal | None, scheduler: bool
+        self, request: web.Request, route_name: str, principal: Principal | None, scheduler: bool
     ) -> None:
         if not self.settings.rate_limit_enabled:
             return
@@ -74,10 +72,10 @@ class RateLimiter:
         else:
             caller = f"ip:{client_address(request)}"
         verdict = await self.gcra.hit(
-            f"rl:{route.name}:{caller}", Rate(*self.settings.rate_for(route.name))
+            f"rl:{route_name}:{caller}", Rate(*self.settings.rate_for(route_name))
         )
         if not verdict.allowed:
-            RATE_LIMITED.labels(route.name).inc()
+            RATE_LIMITED.labels(route_name).inc()
             raise RateLimited(retry_after=verdict.retry_after_seconds)
 
     # --- failed authentication -------------------------------------------------------------
@@ -105,3 +103,7 @@ class RateLimiter:
     async def credentials_accepted(self, request: web.Request, attempt: Verdict) -> None:
         if attempt.recorded:
             await self.gcra.refund(self._auth_key(request), self.auth_failure_rate)
+
+
+# Set when Redis is connected (marketplace.http.app); the router reads it on every request.
+RATE_LIMITER: web.AppKey[RateLimiter] = web.AppKey("rate_limiter", RateLimiter)

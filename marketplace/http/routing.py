@@ -1,14 +1,17 @@
 """Route declarations and the one adapter that runs every endpoint.
 
 A domain module declares its endpoints on a :class:`RouteTable`: path, method, auth mode,
-whether the mutation is guarded, request/query/path models, response model and the errors it can
+whether the mutation is guarded (and whether it sends a message, ``sends_messages``, which the
+moderation guard acts on), request/query/path models, response model and the errors it can
 raise. The same declarations drive request handling (below) and the OpenAPI document
 (``openapi.py``), so the two cannot drift apart.
 
-Per request the adapter does, in this order: authenticate (spec section 5), rate-limit, run the
-guarded-mutation checks (verified e-mail, then the registered hooks such as legal assent, before
-validation as rule 8 requires), validate path/query/body with pydantic, call the handler, and
-serialise its response model.
+Per request the adapter does, in this order: authenticate (spec section 5; a verified session is
+only recorded in memory, see ``marketplace.identity.session_recorder``), rate-limit, for an unsafe
+method make sure the caller's ``users`` row is written (rows the request writes may reference it),
+run the guarded-mutation checks (verified e-mail, then the registered hooks such as legal assent,
+before validation as rule 8 requires), validate path/query/body with pydantic, call the handler,
+and serialise its response model.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from marketplace.errors import (
     UnsupportedMediaType,
 )
 from marketplace.http import keys
-from marketplace.storage.repositories import users as users_repo
+from marketplace.http.ratelimit import RATE_LIMITER
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,8 @@ class Call(Generic[B, Q, P]):
     path: P
     principal: Principal | None
     is_scheduler: bool = False
+    # The validated `header_params` model of the route, when it declares one.
+    headers: Any = None
 
     @property
     def app(self) -> web.Application:
@@ -105,6 +110,16 @@ class Reply:
 
 Handler = Callable[[Call[Any, Any, Any]], Awaitable[BaseModel | Reply | web.StreamResponse]]
 
+# Checks run, in order, after the verified-email check of every guarded mutation
+# (spec section 5 rules 7-8); the app factory fills it from the capabilities' guards, in
+# marketplace.capabilities.GUARD_ORDER.
+GuardHook = Callable[[Call[Any, Any, Any]], Awaitable[None]]
+GUARD_HOOKS: web.AppKey[list[GuardHook]] = web.AppKey("guard_hooks", list)
+
+# Methods that write nothing: only requests with another method may write rows referencing the
+# caller's user, so only they wait for its session record (RFC 9110 section 9.2.1).
+SAFE_METHODS = frozenset({hdrs.METH_GET, hdrs.METH_HEAD, hdrs.METH_OPTIONS})
+
 
 @dataclass(frozen=True)
 class Route:
@@ -119,13 +134,31 @@ class Route:
     body: type[BaseModel] | None = None
     query: type[BaseModel] | None = None
     path_params: type[BaseModel] | None = None
+    # Request headers the route reads (field aliases are the header names, matched
+    # case-insensitively); documented as `in: header` parameters.
+    header_params: type[BaseModel] | None = None
     guarded: bool = False
+    # The route sends a chat or direct message: the moderation capability's guard refuses it
+    # while the caller's sending is suspended (403 `sending_suspended`), and its handler must
+    # pass the body through `marketplace.http.moderation_gate.screen_message` before storing
+    # anything (422 `offensive_content`). Guards run only for guarded routes, so it needs
+    # `guarded=True`. The OpenAPI document lists both errors for such routes.
+    sends_messages: bool = False
     status: int = 200
     errors: tuple[type[MarketplaceError], ...] = ()
     rate_limited: bool = True
     exclude_none: bool = False
     description: str = ""
     response_content_type: str = "application/json"
+
+    def __post_init__(self) -> None:
+        if self.sends_messages and not self.guarded:
+            # The suspension check is a guard: without `guarded` it would silently not run.
+            raise ValueError(f"{self.name}: sends_messages=True needs guarded=True")
+
+
+# Every route the app registered, in registration order (the OpenAPI document is built from it).
+ROUTES: web.AppKey[list[Route]] = web.AppKey("routes", list)
 
 
 class RouteTable:
@@ -190,7 +223,7 @@ async def authenticate(request: web.Request, route: Route) -> tuple[Principal | 
     app = request.app
     authorization = request.headers.get("Authorization")
     key_secret = request.headers.get("x-agent-api-key")
-    limiter = app[keys.RATE_LIMITER]
+    limiter = app[RATE_LIMITER]
     attempt = None
     if authorization is not None or key_secret is not None:
         # Before any credential is looked at: an address that spent its failed-authentication
@@ -224,8 +257,12 @@ async def authenticate(request: web.Request, route: Route) -> tuple[Principal | 
     if mode is AuthMode.SESSION and principal is not None and not principal.has_session:
         raise Forbidden("this action needs a signed-in session; agent API keys cannot do it")
     if session is not None:
-        await users_repo.remember_session(
-            app[keys.PG_POOL], session.user_id, session.email_verified, session.issued_at
+        # In memory only: authentication writes nothing (the recorder writes in batches).
+        app[keys.SESSION_RECORDER].record(
+            session.user_id,
+            email_verified=session.email_verified,
+            email=session.email,
+            issued_at=session.issued_at,
         )
     return principal, is_scheduler
 
@@ -304,6 +341,16 @@ def _query_data(request: web.Request, model: type[BaseModel]) -> dict[str, Any]:
     return data
 
 
+def _header_data(request: web.Request, model: type[BaseModel]) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        wanted = info.alias or name
+        value = request.headers.get(wanted)
+        if value is not None:
+            data[wanted] = value
+    return data
+
+
 def _is_json_media_type(content_type: str) -> bool:
     main, _, sub = content_type.partition("/")
     return main == "application" and (sub == "json" or sub.endswith("+json"))
@@ -348,7 +395,11 @@ def make_endpoint(route: Route) -> Callable[[web.Request], Awaitable[web.StreamR
         principal, is_scheduler = await authenticate(request, route)
         request[keys.PRINCIPAL] = principal
         if route.rate_limited:
-            await request.app[keys.RATE_LIMITER].check(request, route, principal, is_scheduler)
+            await request.app[RATE_LIMITER].check(request, route.name, principal, is_scheduler)
+        if principal is not None and request.method not in SAFE_METHODS:
+            # Guards (implied legal assent) and handlers may write rows with a foreign key to
+            # users; a no-op unless this process still holds the caller's session record.
+            await request.app[keys.SESSION_RECORDER].ensure(principal.user_id)
         call: Call[Any, Any, Any] = Call(request, route, None, None, None, principal, is_scheduler)
         if route.guarded:
             await run_guards(call)
@@ -356,6 +407,9 @@ def make_endpoint(route: Route) -> Callable[[web.Request], Awaitable[web.StreamR
             call.path = _validate(route.path_params, dict(request.match_info), "path")
         if route.query is not None:
             call.query = _validate(route.query, _query_data(request, route.query), "query")
+        if route.header_params is not None:
+            data = _header_data(request, route.header_params)
+            call.headers = _validate(route.header_params, data, "header")
         if route.body is not None:
             call.body = await _validate_body(request, route.body)
         result = await route.handler(call)
@@ -370,7 +424,7 @@ async def run_guards(call: Call[Any, Any, Any]) -> None:
     principal = call.require_principal()
     if call.settings.require_verified_email and not principal.email_verified:
         raise EmailNotVerified()
-    for hook in call.app[keys.GUARD_HOOKS]:
+    for hook in call.app[GUARD_HOOKS]:
         await hook(call)
 
 

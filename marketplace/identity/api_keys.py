@@ -12,7 +12,6 @@ an expired rotation grace period takes effect on every frontend at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import re
@@ -25,9 +24,10 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
-from marketplace.aio import wait_event
+from marketplace.aio import FlushLoop
 from marketplace.auth import Principal, PrincipalKind, ResolvedApiKey
 from marketplace.errors import Conflict, Forbidden, NotFound
+from marketplace.identity.session_recorder import SessionRecorder
 from marketplace.pagination import BIGINT_MAX, CursorKind, keyset_page
 from marketplace.storage.pool import Connection
 from marketplace.storage.repositories import api_keys as repo
@@ -113,15 +113,21 @@ class DatabaseApiKeyResolver:
     """The :class:`marketplace.auth.ApiKeyResolver` backed by ``api_key_secrets``.
 
     ``pool`` is looked up at call time (the pool is created when the app starts, after setup).
+    A key acts with its user's stored e-mail flag; when this process still holds a newer session
+    of that user, it is written first and the key read again, so it counts at once.
     """
 
-    def __init__(self, pool: Callable[[], asyncpg.Pool]) -> None:
+    def __init__(self, pool: Callable[[], asyncpg.Pool], sessions: SessionRecorder) -> None:
         self._pool = pool
+        self._sessions = sessions
 
     async def resolve(self, secret: str) -> ResolvedApiKey | None:
         if not is_well_formed(secret):
             return None
-        row = await repo.resolve_secret_hash(self._pool(), hash_key(secret))
+        key_hash = hash_key(secret)
+        row = await repo.resolve_secret_hash(self._pool(), key_hash)
+        if row is not None and await self._sessions.ensure(row["user_id"]):
+            row = await repo.resolve_secret_hash(self._pool(), key_hash)
         if row is None:
             return None
         return ResolvedApiKey(
@@ -264,9 +270,8 @@ class UsageRecorder:
         self.max_rows = max_rows
         self.max_buffer = max_buffer or max(10_000, 20 * max_rows)
         self._buffer: list[repo.UsageRow] = []
-        self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
+        self._loop = FlushLoop(self.flush, self.interval, name="api-key-usage", log=log)
         self.dropped = 0
 
     @property
@@ -277,7 +282,7 @@ class UsageRecorder:
         self._buffer.append(row)
         self._trim()
         if len(self._buffer) >= self.max_rows:
-            self._wake.set()
+            self._loop.wake()
 
     def _trim(self) -> None:
         excess = len(self._buffer) - self.max_buffer
@@ -305,24 +310,9 @@ class UsageRecorder:
                 raise
             return len(batch)
 
-    async def _run(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await wait_event(self._wake, self.interval)
-            self._wake.clear()
-            try:
-                await self.flush()
-            except Exception:
-                log.exception("api key usage flush crashed")
-
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._loop.stop()
         await self.flush()

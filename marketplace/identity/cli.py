@@ -89,8 +89,8 @@ def cmd_admin(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    admin = subparsers.add_parser("admin", help="grant, revoke or show permission flags")
+def configure(admin: argparse.ArgumentParser) -> None:
+    """``marketplace admin``'s arguments (declared in :mod:`marketplace.capabilities`)."""
     actions = admin.add_subparsers(dest="admin_command", required=True)
     for name, text in (
         ("grant", "set the named flags"),

@@ -5,12 +5,20 @@ from __future__ import annotations
 import enum
 import uuid
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, Field
 
 from marketplace.config.settings import LegalAcceptanceMode
-from marketplace.types import Address, HexSignature, QueryModel, RequestModel, ResponseModel
+from marketplace.storage.pool import Row
+from marketplace.types import (
+    Address,
+    HexSignature,
+    LowerAddress,
+    QueryModel,
+    RequestModel,
+    ResponseModel,
+)
 
 # JavaScript's largest safe integer: chain ids beyond it cannot round-trip through wallets.
 MAX_CHAIN_ID = 9_007_199_254_740_991
@@ -39,7 +47,7 @@ class WalletLinkChallengeRequest(RequestModel):
     userId: uuid.UUID | None = Field(
         default=None, description="derived from the authenticated caller; omit it"
     )
-    walletAddress: Address
+    walletAddress: LowerAddress
     chainId: int = Field(ge=1, le=MAX_CHAIN_ID)
 
 
@@ -59,7 +67,7 @@ class WalletLinkVerifyRequest(RequestModel):
     """The signed challenge."""
 
     challengeId: uuid.UUID
-    walletAddress: Address
+    walletAddress: LowerAddress
     signature: HexSignature = Field(description="65-byte EIP-191 personal-sign signature, hex")
 
 
@@ -77,12 +85,25 @@ class WalletLinkRevokeResponse(ResponseModel):
     walletAddress: Address
     revokedAt: datetime
 
+    @classmethod
+    def from_row(cls, row: Row) -> Self:
+        return cls(walletAddress=row["wallet_address"], revokedAt=row["revoked_at"])
+
 
 class WalletLinkItem(ResponseModel):
     walletAddress: Address
     chainId: int
     verifiedAt: datetime
     verificationMethod: VerificationMethod
+
+    @classmethod
+    def from_row(cls, row: Row) -> Self:
+        return cls(
+            walletAddress=row["wallet_address"],
+            chainId=row["chain_id"],
+            verifiedAt=row["verified_at"],
+            verificationMethod=VerificationMethod(row["verification_method"]),
+        )
 
 
 class WalletLinkListResponse(ResponseModel):
@@ -97,10 +118,6 @@ class UserIdQuery(QueryModel):
     userId: uuid.UUID | None = Field(default=None, description="defaults to the caller; self only")
 
 
-class WalletAddressPath(BaseModel):
-    walletAddress: Address
-
-
 # --- usernames ------------------------------------------------------------------------------
 
 
@@ -113,6 +130,16 @@ class UsernameRecord(ResponseModel):
     createdAt: datetime
     updatedAt: datetime
 
+    @classmethod
+    def from_row(cls, row: Row) -> Self:
+        return cls(
+            userId=row["user_id"],
+            username=row["username"],
+            usernameLower=row["username_lower"],
+            createdAt=row["created_at"],
+            updatedAt=row["updated_at"],
+        )
+
 
 class UsernameGetResponse(ResponseModel):
     """A user's username; `{userId, username: null}` when none is set."""
@@ -122,6 +149,13 @@ class UsernameGetResponse(ResponseModel):
     usernameLower: str | None = Field(default=None, exclude_if=_omit_none)
     createdAt: datetime | None = Field(default=None, exclude_if=_omit_none)
     updatedAt: datetime | None = Field(default=None, exclude_if=_omit_none)
+
+    @classmethod
+    def from_row(cls, user_id: uuid.UUID, row: Row | None) -> Self:
+        """``row``: the user's username row, or None when they have none."""
+        if row is None:
+            return cls(userId=user_id, username=None)
+        return cls(**UsernameRecord.from_row(row).model_dump())
 
 
 class UsernameSetRequest(RequestModel):
@@ -210,6 +244,21 @@ class ApiKeyRecord(ResponseModel):
     lastUsedAt: datetime | None
     revokedAt: datetime | None
 
+    @classmethod
+    def from_row(cls, row: Row, **extra: Any) -> Self:
+        """``extra``: the fields a subclass adds (the secret, the grace period's end)."""
+        return cls(
+            id=row["key_id"],
+            name=row["name"],
+            userId=row["user_id"],
+            keyPrefix=row["key_prefix"],
+            keyLast4=row["key_last4"],
+            createdAt=row["created_at"],
+            lastUsedAt=row["last_used_at"],
+            revokedAt=row["revoked_at"],
+            **extra,
+        )
+
 
 class ApiKeyCreateResponse(ApiKeyRecord):
     """The new key; `secret` is shown only in this response."""
@@ -239,10 +288,6 @@ class ApiKeyListResponse(ResponseModel):
     count: int = Field(ge=0)
 
 
-class ApiKeyPath(BaseModel):
-    keyId: uuid.UUID
-
-
 class ApiKeyAuditQuery(QueryModel):
     userId: uuid.UUID | None = Field(default=None, description="defaults to the caller; self only")
     limit: int = Field(default=50, ge=1, le=200)
@@ -255,6 +300,16 @@ class ApiKeyUsageEntry(ResponseModel):
     route: str = Field(description="route template, e.g. /v1/api-keys/{keyId}/rotate")
     status: int
     clientAddress: str | None
+
+    @classmethod
+    def from_row(cls, row: Row) -> Self:
+        return cls(
+            occurredAt=row["occurred_at"],
+            method=row["method"],
+            route=row["route"],
+            status=row["status"],
+            clientAddress=row["client_address"],
+        )
 
 
 class ApiKeyAuditResponse(ResponseModel):
@@ -344,6 +399,17 @@ class LegalAcceptanceRecord(ResponseModel):
     triggerRoute: str | None = Field(
         description="for implied assent: the guarded mutation that recorded it"
     )
+
+    @classmethod
+    def from_row(cls, row: Row) -> Self:
+        return cls(
+            documentType=LegalDocumentType(row["document_type"]),
+            version=row["version"],
+            kind=AcceptanceKind(row["kind"]),
+            acceptedAt=row["accepted_at"],
+            acceptedVia=row["accepted_via"],
+            triggerRoute=row["trigger_route"],
+        )
 
 
 class LegalAcceptancesResponse(ResponseModel):

@@ -198,12 +198,12 @@ async def create_challenge(
     domain: str,
     uri: str,
 ) -> Challenge:
+    """``wallet`` lower-case, as the request models give it (and the table stores it)."""
     challenge_id = uuid.uuid4()
     nonce = new_nonce()
     now = datetime.now(UTC)
     issued_at = now.replace(microsecond=now.microsecond // 1000 * 1000)
     expires_at = issued_at + timedelta(seconds=ttl_seconds)
-    wallet = wallet.lower()
     message = build_message(
         domain=domain,
         uri=uri,
@@ -261,7 +261,8 @@ async def verify(
     wallet: str,
     signature: str,
 ) -> VerifiedLink:
-    wallet = wallet.lower()
+    """``wallet`` lower-case, as the request models give it: it is compared with the stored
+    challenge's wallet and the recovered signer, both lower-case."""
     challenge = await repo.get_challenge(pool, challenge_id)
     _check_challenge(challenge, user_id, wallet)
     assert challenge is not None
@@ -301,7 +302,8 @@ async def verify(
 
 
 async def revoke(pool: asyncpg.Pool, *, user_id: uuid.UUID, wallet: str) -> asyncpg.Record:
-    row = await repo.revoke_link(pool, user_id, wallet.lower())
+    """``wallet`` lower-case, as the request models give it."""
+    row = await repo.revoke_link(pool, user_id, wallet)
     if row is None:
         raise WalletLinkNotFound()
     return row

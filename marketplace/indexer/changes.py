@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 from marketplace.events.types import EventType, NewEvent, chain_subject
-from marketplace.indexer.snapshot import MilestoneRow, ProjectCreation, ProjectRow
+from marketplace.storage.read_model_rows import MilestoneRow, ProjectCreation, ProjectRow
 
 # Compared and reported fields: every snapshot column the upsert may change.
 PROJECT_FIELDS = tuple(

@@ -39,8 +39,9 @@ from marketplace.indexer.changes import (
     snapshot_events,
 )
 from marketplace.indexer.health import lag_seconds_of
-from marketplace.indexer.snapshot import MilestoneRow, ProjectCreation, ProjectRow, project_rows
+from marketplace.indexer.snapshot import project_rows
 from marketplace.storage.pool import Connection
+from marketplace.storage.read_model_rows import MilestoneRow, ProjectCreation, ProjectRow
 from marketplace.storage.repositories import events as events_repo
 from marketplace.storage.repositories import indexer as repo
 

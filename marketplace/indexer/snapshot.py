@@ -8,7 +8,6 @@ optional fields (a zero address, a zero hash, a zero timestamp) mean "absent".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +20,7 @@ from marketplace.chain.enums import (
     ProjectStatus,
     label,
 )
+from marketplace.storage.read_model_rows import MilestoneRow, ProjectRow
 from marketplace.types import ZERO_ADDRESS, ZERO_BYTES32
 
 PROJECT_STATUSES = tuple(label(m) for m in ProjectStatus)
@@ -50,62 +50,6 @@ def _hash(value: str) -> str | None:
 
 def _time(unix: int) -> datetime | None:
     return datetime.fromtimestamp(unix, UTC) if unix else None
-
-
-@dataclass(frozen=True)
-class ProjectCreation:
-    """Where and how the registry announced a project (its ProjectCreated log)."""
-
-    project_address: str
-    owner_address: str
-    config_hash: str
-    block_number: int
-    log_index: int
-
-
-@dataclass(frozen=True)
-class ProjectRow:
-    project_address: str
-    owner_address: str
-    status: str
-    project_mode: str
-    bidding_access: str
-    config_hash: str
-    selected_builder_address: str | None
-    milestone_count: int
-    bid_bond_usdc: int | None
-    challenge_payout_usdc: int | None
-    challenge_submission_count: int | None
-    challenge_submission_window_seconds: int | None
-    challenge_owner_response_window_seconds: int | None
-    challenge_submission_deadline: int | None
-    challenge_owner_response_deadline: int | None
-    challenge_selection_phase: bool
-    dispute_phase: str | None
-    dispute_reason: str | None
-    dispute_raised_by: str | None
-    dispute_milestone_index: int | None
-    dispute_opened_at: int | None
-    dispute_verdict_submitted_at: int | None
-    dispute_owner_evidence_hash: str | None
-    dispute_worker_evidence_hash: str | None
-    allowlist: list[str]
-    created_at: datetime
-
-
-@dataclass(frozen=True)
-class MilestoneRow:
-    project_address: str
-    milestone_index: int
-    status: str
-    payout_usdc: int | None
-    deadline_at: datetime | None
-    submitted_at: datetime | None
-    approved_at: datetime | None
-    resolved_at: datetime | None
-    delivery_ref_hash: str | None
-    latest_evidence_hash: str | None
-    attested_on_chain: bool
 
 
 def project_rows(

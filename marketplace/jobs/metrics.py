@@ -17,7 +17,6 @@ increments of the last second; jobs never wait for metrics.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 import asyncpg
 import redis.asyncio as aioredis
 
+from marketplace.aio import FlushLoop
 from marketplace.storage.repositories import jobs as repo
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class JobMetricsRecorder:
         self._redis = redis
         self._ints: defaultdict[str, int] = defaultdict(int)
         self._floats: defaultdict[str, float] = defaultdict(float)
-        self._task: asyncio.Task[None] | None = None
+        self._loop = FlushLoop(self.flush, FLUSH_SECONDS, name="job-metrics", log=log)
 
     def claimed(self, queue: str, waited_seconds: float) -> None:
         self._ints[f"attempts|{queue}"] += 1
@@ -85,21 +85,12 @@ class JobMetricsRecorder:
         self._ints[f"outcome|{queue}|failed"] += count
 
     def start(self) -> None:
-        if self._redis is not None and self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._flush_forever())
+        if self._redis is not None:
+            self._loop.start()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._loop.stop()
         await self.flush()
-
-    async def _flush_forever(self) -> None:
-        while True:
-            await asyncio.sleep(FLUSH_SECONDS)
-            await self.flush()
 
     async def flush(self) -> None:
         if self._redis is None or not (self._ints or self._floats):

@@ -1,6 +1,6 @@
 """Create intents, claims and metadata edits (spec sections 1.2, 2 "Project creation and claim",
-4 "Project creation", 7 claim conflict codes). Rules are plain functions; ``claim_project`` and
-``patch_metadata`` run on the project's shard actor (its single writer).
+4 "Project creation", 7 claim conflict codes). Rules are plain functions; the ``ClaimProject``
+and ``PatchMetadata`` shard commands run on the project's shard actor (its single writer).
 
 Order of the claim checks, each with its own code (docs/claims.md explains the near-duplicates):
 transaction (``tx_not_found``, ``tx_failed``, ``tx_not_finalized``), creation event
@@ -13,18 +13,21 @@ transaction (``tx_not_found``, ``tx_failed``, ``tx_not_finalized``), creation ev
 
 from __future__ import annotations
 
+import enum
 import secrets
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import asyncpg
 
 from marketplace.chain.abi import ContractAbi
 from marketplace.chain.hashes import direct_config_hash, intent_config_hash
 from marketplace.errors import Conflict, Forbidden, NotFound, ServiceUnavailable
+from marketplace.projects.models import BiddingAccess, ProjectMode
 from marketplace.records.access import caller_wallets, visible_project
-from marketplace.shards import ShardContext
+from marketplace.shards import ProjectCommand, ShardContext
 from marketplace.storage.pool import Connection
 from marketplace.storage.repositories import claims as repo
 from marketplace.storage.repositories import wallet_links
@@ -109,23 +112,184 @@ async def cancel_intent(
 # --- claim (runs on the shard) ------------------------------------------------------------------
 
 
-def expected_config_hash(payload: dict[str, Any]) -> str:
-    meta = payload["metadata"]
-    fields = (
-        meta["title"],
-        meta.get("description"),
-        meta.get("repoUrl"),
-        meta["projectMode"],
-        meta["biddingAccess"],
-    )
-    if payload["mode"] == "direct":
-        return direct_config_hash(*fields)
-    return intent_config_hash(
-        *fields,
-        user_id=uuid.UUID(payload["userId"]),
-        intent_id=uuid.UUID(payload["intentId"]),
-        intent_nonce=payload["intentNonce"],
-    )
+@dataclass(frozen=True)
+class ClaimMetadata:
+    """The claimed metadata; every field but ``image_url`` is in the configHash preimage."""
+
+    title: str
+    description: str | None
+    repo_url: str | None
+    image_url: str | None
+    project_mode: ProjectMode
+    bidding_access: BiddingAccess
+
+
+@dataclass(frozen=True)
+class ClaimIntent:
+    """The create intent an intent-mode claim names."""
+
+    intent_id: uuid.UUID
+    intent_nonce: str
+
+
+@dataclass(frozen=True)
+class ClaimOutcome:
+    status: Literal["claimed", "already_claimed"]
+    metadata_status: Literal["updated", "queued"]
+    project_address: str
+    owner_wallet_address: str
+
+
+@dataclass(frozen=True)
+class ClaimProject(ProjectCommand):
+    """Shard command: bind off-chain metadata to an on-chain creation; see the module docstring.
+
+    ``intent`` present: intent mode (session callers); absent: direct mode (agent keys).
+    """
+
+    user_id: uuid.UUID
+    hash_version: str
+    tx_hash: str
+    metadata: ClaimMetadata
+    intent: ClaimIntent | None = None
+
+    @property
+    def mode(self) -> Literal["intent", "direct"]:
+        return "direct" if self.intent is None else "intent"
+
+    def expected_config_hash(self) -> str:
+        meta = self.metadata
+        fields = (
+            meta.title,
+            meta.description,
+            meta.repo_url,
+            meta.project_mode,
+            meta.bidding_access,
+        )
+        if self.intent is None:
+            return direct_config_hash(*fields)
+        return intent_config_hash(
+            *fields,
+            user_id=self.user_id,
+            intent_id=self.intent.intent_id,
+            intent_nonce=self.intent.intent_nonce,
+        )
+
+    async def apply(self, ctx: ShardContext) -> ClaimOutcome:
+        project = self.project_address
+        args, created_ts = await _creation_from_chain(ctx, project, self.tx_hash)
+        owner = args["owner"].lower()
+        event_hash = args["configHash"].lower()
+        config_hash = self.expected_config_hash()
+        meta = self.metadata
+        async with ctx.pool.acquire() as conn, conn.transaction():
+            if not await wallet_links.is_active_link(conn, self.user_id, owner):
+                raise ProjectClaimConflict(
+                    "owner_mismatch", "the project owner is not a wallet actively linked to you"
+                )
+            intent = None
+            if self.intent is not None:
+                skew = timedelta(seconds=ctx.settings.chain_clock_skew_seconds)
+                intent = await self._check_intent(conn, self.intent, created_ts, skew)
+            if config_hash != event_hash:
+                raise ProjectClaimConflict(
+                    "config_hash_mismatch",
+                    "the configHash recomputed from the claim differs from the on-chain one",
+                )
+            if intent is not None and await repo.other_project_with_config(
+                conn, event_hash, project
+            ):
+                raise ProjectClaimConflict(
+                    "intent_already_used", "this intent was used to create another project on chain"
+                )
+            indexed = await repo.indexed_project(conn, project)
+            if indexed is not None and (
+                indexed["project_mode"] != meta.project_mode
+                or indexed["bidding_access"] != meta.bidding_access
+            ):
+                raise ProjectClaimConflict(
+                    "conflict", "projectMode or biddingAccess differ from the project on chain"
+                )
+            existing = await repo.metadata(conn, project)
+            status: Literal["claimed", "already_claimed"]
+            if existing is not None:
+                if self._same_claim(existing, config_hash):
+                    status = "already_claimed"
+                else:
+                    raise ProjectClaimConflict("conflict", "the project was already claimed")
+            else:
+                if intent is not None and not await repo.use_intent(
+                    conn, intent["intent_id"], project
+                ):
+                    raise ProjectClaimConflict(
+                        "project_create_intent_already_used",
+                        "the create intent was used meanwhile",
+                    )
+                await repo.insert_metadata(
+                    conn,
+                    project_address=project,
+                    owner_address=owner,
+                    title=meta.title,
+                    description=meta.description,
+                    repo_url=meta.repo_url,
+                    image_url=meta.image_url,
+                    project_mode=meta.project_mode,
+                    bidding_access=meta.bidding_access,
+                    claimed_by=self.user_id,
+                    claim_mode=self.mode,
+                    hash_version=self.hash_version,
+                    intent_id=intent["intent_id"] if intent is not None else None,
+                    tx_hash=self.tx_hash.lower(),
+                    config_hash=config_hash,
+                )
+                status = "claimed"
+        return ClaimOutcome(
+            status=status,
+            metadata_status="updated" if indexed is not None else "queued",
+            project_address=project,
+            owner_wallet_address=owner,
+        )
+
+    async def _check_intent(
+        self, conn: Connection, claimed: ClaimIntent, created_ts: int, skew: timedelta
+    ) -> asyncpg.Record:
+        intent = await repo.intent_for_update(conn, claimed.intent_id)
+        if intent is None or intent["intent_nonce"] != claimed.intent_nonce.lower():
+            raise ProjectClaimConflict(
+                "project_create_intent_not_found", "no create intent with this id and nonce"
+            )
+        if intent["user_id"] != self.user_id:
+            raise ProjectClaimConflict(
+                "project_create_intent_owner_mismatch", "the create intent belongs to another user"
+            )
+        if intent["status"] == "used" and intent["project_address"] != self.project_address:
+            raise ProjectClaimConflict(
+                "project_create_intent_already_used",
+                "the create intent was already used to claim another project",
+            )
+        if intent["status"] not in ("pending", "used"):
+            raise ProjectClaimConflict(
+                "project_create_intent_not_pending", f"the create intent is {intent['status']}"
+            )
+        created_at = datetime.fromtimestamp(created_ts, UTC)
+        if created_at < intent["created_at"] - skew:
+            raise ProjectClaimConflict(
+                "intent_not_claimable", "the project was created before this intent was issued"
+            )
+        if created_at > intent["expires_at"] + skew:
+            raise ProjectClaimConflict(
+                "intent_expired_pre_create", "the intent had expired when the project was created"
+            )
+        return intent
+
+    def _same_claim(self, existing: asyncpg.Record, config_hash: str) -> bool:
+        # The configHash covers every metadata field (and, in intent mode, the intent), so equal
+        # hashes from the same user and transaction mean the same claim.
+        return (
+            existing["claimed_by"] == self.user_id
+            and existing["config_hash"] == config_hash
+            and existing["tx_hash"] == self.tx_hash.lower()
+        )
 
 
 async def _creation_from_chain(
@@ -166,146 +330,45 @@ async def _creation_from_chain(
     )
 
 
-async def _check_intent(
-    conn: Connection,
-    payload: dict[str, Any],
-    project: str,
-    created_ts: int,
-    skew: timedelta,
-) -> asyncpg.Record:
-    intent = await repo.intent_for_update(conn, uuid.UUID(payload["intentId"]))
-    if intent is None or intent["intent_nonce"] != payload["intentNonce"].lower():
-        raise ProjectClaimConflict(
-            "project_create_intent_not_found", "no create intent with this id and nonce"
-        )
-    if str(intent["user_id"]) != payload["userId"]:
-        raise ProjectClaimConflict(
-            "project_create_intent_owner_mismatch", "the create intent belongs to another user"
-        )
-    if intent["status"] == "used" and intent["project_address"] != project:
-        raise ProjectClaimConflict(
-            "project_create_intent_already_used",
-            "the create intent was already used to claim another project",
-        )
-    if intent["status"] not in ("pending", "used"):
-        raise ProjectClaimConflict(
-            "project_create_intent_not_pending", f"the create intent is {intent['status']}"
-        )
-    created_at = datetime.fromtimestamp(created_ts, UTC)
-    if created_at < intent["created_at"] - skew:
-        raise ProjectClaimConflict(
-            "intent_not_claimable", "the project was created before this intent was issued"
-        )
-    if created_at > intent["expires_at"] + skew:
-        raise ProjectClaimConflict(
-            "intent_expired_pre_create", "the intent had expired when the project was created"
-        )
-    return intent
-
-
-def _same_claim(existing: asyncpg.Record, payload: dict[str, Any], config_hash: str) -> bool:
-    # The configHash covers every metadata field (and, in intent mode, the intent), so equal
-    # hashes from the same user and transaction mean the same claim.
-    return (
-        str(existing["claimed_by"]) == payload["userId"]
-        and existing["config_hash"] == config_hash
-        and existing["tx_hash"] == payload["txHash"].lower()
-    )
-
-
-async def claim_project(ctx: ShardContext, project: str, payload: dict[str, Any]) -> dict[str, Any]:
-    """Bind off-chain metadata to an on-chain creation; see the module docstring."""
-    args, created_ts = await _creation_from_chain(ctx, project, payload["txHash"])
-    owner = args["owner"].lower()
-    event_hash = args["configHash"].lower()
-    user_id = uuid.UUID(payload["userId"])
-    config_hash = expected_config_hash(payload)
-    meta = payload["metadata"]
-    async with ctx.pool.acquire() as conn, conn.transaction():
-        if not await wallet_links.is_active_link(conn, user_id, owner):
-            raise ProjectClaimConflict(
-                "owner_mismatch", "the project owner is not a wallet actively linked to you"
-            )
-        intent = None
-        if payload["mode"] == "intent":
-            skew = timedelta(seconds=ctx.settings.chain_clock_skew_seconds)
-            intent = await _check_intent(conn, payload, project, created_ts, skew)
-        if config_hash != event_hash:
-            raise ProjectClaimConflict(
-                "config_hash_mismatch",
-                "the configHash recomputed from the claim differs from the on-chain one",
-            )
-        if intent is not None and await repo.other_project_with_config(conn, event_hash, project):
-            raise ProjectClaimConflict(
-                "intent_already_used", "this intent was used to create another project on chain"
-            )
-        indexed = await repo.indexed_project(conn, project)
-        if indexed is not None and (
-            indexed["project_mode"] != meta["projectMode"]
-            or indexed["bidding_access"] != meta["biddingAccess"]
-        ):
-            raise ProjectClaimConflict(
-                "conflict", "projectMode or biddingAccess differ from the project on chain"
-            )
-        existing = await repo.metadata(conn, project)
-        if existing is not None:
-            if _same_claim(existing, payload, config_hash):
-                status = "already_claimed"
-            else:
-                raise ProjectClaimConflict("conflict", "the project was already claimed")
-        else:
-            if intent is not None and not await repo.use_intent(conn, intent["intent_id"], project):
-                raise ProjectClaimConflict(
-                    "project_create_intent_already_used", "the create intent was used meanwhile"
-                )
-            await repo.insert_metadata(
-                conn,
-                project_address=project,
-                owner_address=owner,
-                title=meta["title"],
-                description=meta.get("description"),
-                repo_url=meta.get("repoUrl"),
-                image_url=meta.get("imageUrl"),
-                project_mode=meta["projectMode"],
-                bidding_access=meta["biddingAccess"],
-                claimed_by=user_id,
-                claim_mode=payload["mode"],
-                hash_version=payload["hashVersion"],
-                intent_id=intent["intent_id"] if intent is not None else None,
-                tx_hash=payload["txHash"].lower(),
-                config_hash=config_hash,
-            )
-            status = "claimed"
-    return {
-        "status": status,
-        "metadataStatus": "updated" if indexed is not None else "queued",
-        "projectAddress": project,
-        "ownerWalletAddress": owner,
-    }
-
-
 # --- metadata edits (runs on the shard) ---------------------------------------------------
 
 
-async def patch_metadata(
-    ctx: ShardContext, project: str, payload: dict[str, Any]
-) -> dict[str, Any]:
-    user_id = uuid.UUID(payload["userId"])
-    async with ctx.pool.acquire() as conn, conn.transaction():
-        wallets = await caller_wallets(conn, user_id)
-        # Not indexed yet and hidden from the caller answer the same 404: the route must not
-        # reveal that an invite-only project exists.
-        indexed = await visible_project(conn, project, wallets)
-        if indexed.owner not in wallets:
-            raise Forbidden("only the project owner (an active link to the owner wallet) may edit")
-        if await repo.metadata(conn, project) is None:
-            raise ProjectNotClaimed()
-        if indexed.status not in EDITABLE_STATUSES:
-            raise MetadataLocked()
-        changes = {
-            column: payload[field]
-            for field, column in (("description", "description"), ("imageUrl", "image_url"))
-            if field in payload
-        }
-        await repo.update_metadata(conn, project, payload["title"], changes, user_id)
-    return {"projectAddress": project}
+class Unchanged(enum.Enum):
+    """A PATCH field the client left out (``None`` clears the stored value instead)."""
+
+    UNCHANGED = "unchanged"
+
+
+UNCHANGED: Final = Unchanged.UNCHANGED
+
+
+@dataclass(frozen=True)
+class PatchMetadata(ProjectCommand):
+    """Shard command: the owner edits the claimed title, description and image while in draft."""
+
+    user_id: uuid.UUID
+    title: str
+    description: str | Unchanged | None = UNCHANGED
+    image_url: str | Unchanged | None = UNCHANGED
+
+    def changes(self) -> dict[str, str | None]:
+        """The optional columns the client sent, by column name."""
+        sent = {"description": self.description, "image_url": self.image_url}
+        return {column: value for column, value in sent.items() if not isinstance(value, Unchanged)}
+
+    async def apply(self, ctx: ShardContext) -> None:
+        project = self.project_address
+        async with ctx.pool.acquire() as conn, conn.transaction():
+            wallets = await caller_wallets(conn, self.user_id)
+            # Not indexed yet and hidden from the caller answer the same 404: the route must not
+            # reveal that an invite-only project exists.
+            indexed = await visible_project(conn, project, wallets)
+            if indexed.owner not in wallets:
+                raise Forbidden(
+                    "only the project owner (an active link to the owner wallet) may edit"
+                )
+            if await repo.metadata(conn, project) is None:
+                raise ProjectNotClaimed()
+            if indexed.status not in EDITABLE_STATUSES:
+                raise MetadataLocked()
+            await repo.update_metadata(conn, project, self.title, self.changes(), self.user_id)

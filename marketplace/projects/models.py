@@ -14,7 +14,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from marketplace.types import Address, Bytes32, QueryModel, ResponseModel, UnixSeconds, Usdc
+from marketplace.types import (
+    Address,
+    Bytes32,
+    LowerAddress,
+    QueryModel,
+    ResponseModel,
+    UnixSeconds,
+    Usdc,
+)
 
 ProjectStatus = Literal["draft", "bidding", "building", "dispute", "complete", "failed"]
 PROJECT_STATUSES: tuple[ProjectStatus, ...] = (
@@ -149,7 +157,9 @@ Cursor = Annotated[
 
 
 class ProjectListQuery(QueryModel):
-    ownerAddress: Address | None = Field(default=None, description="only this owner's projects")
+    ownerAddress: LowerAddress | None = Field(
+        default=None, description="only this owner's projects"
+    )
     status: ProjectStatus | None = Field(
         default=None, description="filters on the stored `status`, not `effectiveStatus`"
     )
@@ -162,7 +172,3 @@ class ProjectListQuery(QueryModel):
     )
     limit: int = Field(default=LIST_LIMIT_DEFAULT, ge=1, le=LIST_LIMIT_MAX)
     cursor: Cursor | None = None
-
-
-class ProjectPath(QueryModel):
-    projectAddress: Address

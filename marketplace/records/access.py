@@ -2,7 +2,9 @@
 
 Everything is decided from two facts read from Postgres: the indexed project (owner, selected
 worker, allowlist, mode, status, dispute) and the caller's active wallet links. Addresses are
-compared lower-case.
+compared lower-case. Whether the caller sees the project at all is not decided here: the project
+is read through the project read API's visibility predicate
+(``projects_repo.visible_project_parties``), so the records and the reads share one rule.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import asyncpg
 
 from marketplace.records.errors import ProjectNotFound, WalletNotLinked
 from marketplace.storage.pool import Conn
-from marketplace.storage.repositories import project_parties
+from marketplace.storage.repositories import projects as projects_repo
 from marketplace.storage.repositories import wallet_links as wallet_links_repo
 
 
@@ -49,16 +51,6 @@ class ProjectParties:
             dispute_opened_at=row["dispute_opened_at"],
         )
 
-    def visible_to(self, wallets: Iterable[str], *, extra: Iterable[str] = ()) -> bool:
-        """Open projects are visible to everyone; invite-only ones (spec section 1.1) to links of
-        the owner, the selected worker and allowlisted wallets (and ``extra`` wallets)."""
-        if self.bidding_access == "open":
-            return True
-        insiders = {self.owner, *self.allowlist, *extra}
-        if self.worker:
-            insiders.add(self.worker)
-        return not insiders.isdisjoint(wallets)
-
     def role_of(self, wallet: str) -> str | None:
         if wallet == self.owner:
             return "owner"
@@ -82,14 +74,14 @@ async def visible_project(
     conn: Conn, project_address: str, wallets: Iterable[str], *, extra: Iterable[str] = ()
 ) -> ProjectParties:
     """The indexed project, or 404 when it is not indexed or hidden from the caller (the two are
-    indistinguishable on purpose, as on the project read routes)."""
-    row = await project_parties.get(conn, project_address)
+    indistinguishable on purpose, as on the project read routes). ``extra``: wallets whose
+    holders see the project even when it is invite-only (dispute admins reading evidence)."""
+    row = await projects_repo.visible_project_parties(
+        conn, project_address, wallets, also_visible_to=extra
+    )
     if row is None:
         raise ProjectNotFound()
-    project = ProjectParties.from_row(row)
-    if not project.visible_to(wallets, extra=extra):
-        raise ProjectNotFound()
-    return project
+    return ProjectParties.from_row(row)
 
 
 def require_linked(wallets: frozenset[str], wallet: str, field: str) -> None:

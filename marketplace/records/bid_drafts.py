@@ -1,4 +1,4 @@
-"""Bid drafts: the shard operation that upserts one, and the owner-only listing.
+"""Bid drafts: the shard command that upserts one, and the owner-only listing.
 
 Rules (docs/records.md): the bidder wallet is an active link of the caller; the project is
 indexed and visible to the caller; it is a standard-mode project in `bidding`; the bidder is not
@@ -9,7 +9,9 @@ wallet), so whoever currently holds the wallet's link edits the same draft.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TypedDict
 
 import asyncpg
 
@@ -25,45 +27,73 @@ from marketplace.records.errors import (
     ProjectModeMismatch,
     ProjectNotBidding,
 )
-from marketplace.shards import ShardContext
+from marketplace.shards import ProjectCommand, ShardContext
 from marketplace.storage.repositories import bid_drafts as repo
 
 
-async def upsert_bid_draft(
-    ctx: ShardContext, project_address: str, payload: dict[str, Any]
-) -> dict[str, Any]:
-    """Shard operation. ``payload``: userId, bidderWalletAddress (lower-case), draftHash,
-    artifactUri, notes. Returns the stored record as plain data."""
-    user_id = uuid.UUID(payload["userId"])
-    bidder = payload["bidderWalletAddress"]
-    async with ctx.pool.acquire() as conn:
-        wallets = await caller_wallets(conn, user_id)
-        require_linked(wallets, bidder, "bidderWalletAddress")
-        project = await visible_project(conn, project_address, wallets)
-        if bidder == project.owner:
-            raise OwnerCannotBid()
-        if project.mode != "standard":
-            raise ProjectModeMismatch(
-                "bid drafts exist only for standard-mode projects; challenge-mode projects take "
-                "challenge submissions"
+class StoredBidDraft(TypedDict):
+    """A bid draft as stored, in plain values (it crosses the Ray boundary)."""
+
+    draft_id: uuid.UUID
+    project_address: str
+    bidder_address: str
+    draft_hash: str
+    artifact_uri: str | None
+    notes: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class UpsertBidDraft(ProjectCommand):
+    """Shard command: create or replace the draft of (project, bidder wallet). Addresses are
+    lower-case; the whole draft is sent, so ``None`` clears a stored artifact URI or note."""
+
+    user_id: uuid.UUID
+    bidder_address: str
+    draft_hash: str
+    artifact_uri: str | None
+    notes: str | None
+
+    async def apply(self, ctx: ShardContext) -> StoredBidDraft:
+        bidder = self.bidder_address
+        async with ctx.pool.acquire() as conn:
+            wallets = await caller_wallets(conn, self.user_id)
+            require_linked(wallets, bidder, "bidderWalletAddress")
+            project = await visible_project(conn, self.project_address, wallets)
+            if bidder == project.owner:
+                raise OwnerCannotBid()
+            if project.mode != "standard":
+                raise ProjectModeMismatch(
+                    "bid drafts exist only for standard-mode projects; challenge-mode projects "
+                    "take challenge submissions"
+                )
+            if project.status != "bidding":
+                raise ProjectNotBidding(
+                    f"bid drafts are accepted only while the project is in bidding "
+                    f"(status: {project.status})"
+                )
+            if project.bidding_access == "invite_only" and bidder not in project.allowlist:
+                raise BidderNotAllowlisted()
+            row = await repo.upsert(
+                conn,
+                project_address=self.project_address,
+                bidder_address=bidder,
+                draft_hash=self.draft_hash,
+                artifact_uri=self.artifact_uri,
+                notes=self.notes,
+                user_id=self.user_id,
             )
-        if project.status != "bidding":
-            raise ProjectNotBidding(
-                f"bid drafts are accepted only while the project is in bidding "
-                f"(status: {project.status})"
-            )
-        if project.bidding_access == "invite_only" and bidder not in project.allowlist:
-            raise BidderNotAllowlisted()
-        row = await repo.upsert(
-            conn,
-            project_address=project_address,
-            bidder_address=bidder,
-            draft_hash=payload["draftHash"],
-            artifact_uri=payload.get("artifactUri"),
-            notes=payload.get("notes"),
-            user_id=user_id,
+        return StoredBidDraft(
+            draft_id=row["draft_id"],
+            project_address=row["project_address"],
+            bidder_address=row["bidder_address"],
+            draft_hash=row["draft_hash"],
+            artifact_uri=row["artifact_uri"],
+            notes=row["notes"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
         )
-    return dict(row)
 
 
 async def list_bid_drafts(

@@ -1,4 +1,4 @@
-"""Challenge submissions: the shard operation registering a submission's artifact, checked against
+"""Challenge submissions: the shard command registering a submission's artifact, checked against
 the chain, and the listing rules.
 
 Rules (docs/records.md): the submitter wallet is an active link of the caller; the project is
@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Any
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TypedDict
 
 import asyncpg
 from eth_utils import to_checksum_address
@@ -27,7 +29,7 @@ from marketplace.records.errors import (
     ProjectModeMismatch,
     SubmissionHashMismatch,
 )
-from marketplace.shards import ShardContext
+from marketplace.shards import ProjectCommand, ShardContext
 from marketplace.storage.repositories import challenge_submissions as repo
 from marketplace.types import ZERO_BYTES32
 
@@ -62,46 +64,73 @@ async def onchain_submission_hash(ctx: ShardContext, project_address: str, submi
     return str(value).lower()
 
 
-async def upsert_challenge_submission(
-    ctx: ShardContext, project_address: str, payload: dict[str, Any]
-) -> dict[str, Any]:
-    """Shard operation. ``payload``: userId, submitterAddress (lower-case), submissionHash,
-    artifactUri, notes. Returns the stored record as plain data."""
-    user_id = uuid.UUID(payload["userId"])
-    submitter = payload["submitterAddress"]
-    submission_hash = payload["submissionHash"]
-    # No pooled connection is held across the chain read: the project's lock (held by the shard
-    # around this whole operation) is what keeps other writers out meanwhile.
-    async with ctx.pool.acquire() as conn:
-        wallets = await caller_wallets(conn, user_id)
-        require_linked(wallets, submitter, "submitterAddress")
-        project = await visible_project(conn, project_address, wallets)
-        if project.mode != "challenge":
-            raise ProjectModeMismatch(
-                "challenge submissions exist only for challenge-mode projects; standard-mode "
-                "projects take bid drafts"
+class StoredChallengeSubmission(TypedDict):
+    """A submission registration as stored, in plain values (it crosses the Ray boundary)."""
+
+    submission_id: uuid.UUID
+    project_address: str
+    submitter_address: str
+    submission_hash: str
+    artifact_uri: str | None
+    notes: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class UpsertChallengeSubmission(ProjectCommand):
+    """Shard command: register or update the artifact of (project, submitter wallet)'s on-chain
+    submission. Addresses and the hash are lower-case; ``None`` clears a stored URI or note."""
+
+    user_id: uuid.UUID
+    submitter_address: str
+    submission_hash: str
+    artifact_uri: str | None
+    notes: str | None
+
+    async def apply(self, ctx: ShardContext) -> StoredChallengeSubmission:
+        submitter = self.submitter_address
+        # No pooled connection is held across the chain read: the project's lock (held by the
+        # shard around this whole command) is what keeps other writers out meanwhile.
+        async with ctx.pool.acquire() as conn:
+            wallets = await caller_wallets(conn, self.user_id)
+            require_linked(wallets, submitter, "submitterAddress")
+            project = await visible_project(conn, self.project_address, wallets)
+            if project.mode != "challenge":
+                raise ProjectModeMismatch(
+                    "challenge submissions exist only for challenge-mode projects; standard-mode "
+                    "projects take bid drafts"
+                )
+            existing = await repo.get(conn, self.project_address, submitter)
+        if existing is None or existing["submission_hash"] != self.submission_hash:
+            onchain = await onchain_submission_hash(ctx, self.project_address, submitter)
+            if onchain != self.submission_hash:
+                detail = (
+                    "the submitter has no on-chain submission"
+                    if onchain == ZERO_BYTES32
+                    else "it differs from the submitter's on-chain submission hash"
+                )
+                raise SubmissionHashMismatch(f"submissionHash does not match the chain: {detail}")
+        async with ctx.pool.acquire() as conn:
+            row = await repo.upsert(
+                conn,
+                project_address=self.project_address,
+                submitter_address=submitter,
+                submission_hash=self.submission_hash,
+                artifact_uri=self.artifact_uri,
+                notes=self.notes,
+                user_id=self.user_id,
             )
-        existing = await repo.get(conn, project_address, submitter)
-    if existing is None or existing["submission_hash"] != submission_hash:
-        onchain = await onchain_submission_hash(ctx, project_address, submitter)
-        if onchain != submission_hash:
-            detail = (
-                "the submitter has no on-chain submission"
-                if onchain == ZERO_BYTES32
-                else "it differs from the submitter's on-chain submission hash"
-            )
-            raise SubmissionHashMismatch(f"submissionHash does not match the chain: {detail}")
-    async with ctx.pool.acquire() as conn:
-        row = await repo.upsert(
-            conn,
-            project_address=project_address,
-            submitter_address=submitter,
-            submission_hash=submission_hash,
-            artifact_uri=payload.get("artifactUri"),
-            notes=payload.get("notes"),
-            user_id=user_id,
+        return StoredChallengeSubmission(
+            submission_id=row["submission_id"],
+            project_address=row["project_address"],
+            submitter_address=row["submitter_address"],
+            submission_hash=row["submission_hash"],
+            artifact_uri=row["artifact_uri"],
+            notes=row["notes"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
         )
-    return dict(row)
 
 
 async def list_challenge_submissions(

@@ -1,4 +1,4 @@
-"""Dispute evidence: the shard operation storing one party's evidence, and the listing rules.
+"""Dispute evidence: the shard command storing one party's evidence, and the listing rules.
 
 Rules (docs/records.md): the caller acts through an active link to the owner wallet or the
 selected worker wallet (its role is derived); the project has an active dispute (read model:
@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypedDict
 
 import asyncpg
 
@@ -23,65 +25,96 @@ from marketplace.records.errors import (
     NotDisputeParty,
     SubmitterAmbiguous,
 )
-from marketplace.shards import ShardContext
+from marketplace.shards import ProjectCommand, ShardContext
 from marketplace.storage.repositories import dispute_evidence as repo
 
 
-async def submit_dispute_evidence(
-    ctx: ShardContext, project_address: str, payload: dict[str, Any]
-) -> dict[str, Any]:
-    """Shard operation. ``payload``: userId, evidenceHash, evidencePayload (object or None),
-    and either both milestoneIndex and submitterAddress (lower-case) or neither."""
-    user_id = uuid.UUID(payload["userId"])
-    async with ctx.pool.acquire() as conn:
-        wallets = await caller_wallets(conn, user_id)
-        project = await visible_project(conn, project_address, wallets)
-        submitter: str | None = payload.get("submitterAddress")
-        if submitter is not None:
-            require_linked(wallets, submitter, "submitterAddress")
-            role = project.role_of(submitter)
-            if role is None:
-                raise NotDisputeParty(
-                    "submitterAddress is neither the project owner nor the selected worker"
+class StoredDisputeEvidence(TypedDict):
+    """Dispute evidence as stored, in plain values (it crosses the Ray boundary)."""
+
+    evidence_id: uuid.UUID
+    project_address: str
+    milestone_index: int
+    submitter_address: str
+    submitter_role: str
+    evidence_hash: str
+    evidence_payload: dict[str, Any] | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class SubmitDisputeEvidence(ProjectCommand):
+    """Shard command: store one party's evidence for the project's active dispute.
+
+    ``milestone_index`` ``None``: the active dispute's milestone; ``submitter_address``
+    (lower-case) ``None``: the caller's one linked wallet that is a party.
+    """
+
+    user_id: uuid.UUID
+    evidence_hash: str
+    evidence_payload: dict[str, Any] | None
+    milestone_index: int | None = None
+    submitter_address: str | None = None
+
+    async def apply(self, ctx: ShardContext) -> StoredDisputeEvidence:
+        async with ctx.pool.acquire() as conn:
+            wallets = await caller_wallets(conn, self.user_id)
+            project = await visible_project(conn, self.project_address, wallets)
+            submitter = self.submitter_address
+            if submitter is not None:
+                require_linked(wallets, submitter, "submitterAddress")
+                role = project.role_of(submitter)
+                if role is None:
+                    raise NotDisputeParty(
+                        "submitterAddress is neither the project owner nor the selected worker"
+                    )
+            else:
+                parties = sorted((r, w) for w in wallets if (r := project.role_of(w)) is not None)
+                if not parties:
+                    raise NotDisputeParty(
+                        "none of your linked wallets is the project owner or the selected worker"
+                    )
+                if len(parties) > 1:
+                    raise SubmitterAmbiguous()
+                role, submitter = parties[0]
+            active = project.active_dispute_milestone
+            if active is None:
+                raise NoActiveDispute()
+            milestone = self.milestone_index
+            if milestone is None:
+                milestone = active
+            elif milestone != active:
+                raise MilestoneNotDisputed(
+                    f"milestone {milestone} is not the active disputed milestone ({active})"
                 )
-        else:
-            parties = sorted((r, w) for w in wallets if (r := project.role_of(w)) is not None)
-            if not parties:
-                raise NotDisputeParty(
-                    "none of your linked wallets is the project owner or the selected worker"
+            try:
+                row = await repo.insert(
+                    conn,
+                    project_address=self.project_address,
+                    milestone_index=milestone,
+                    submitter_address=submitter,
+                    submitter_role=role,
+                    evidence_hash=self.evidence_hash,
+                    evidence_payload=self.evidence_payload,
+                    dispute_opened_at=project.dispute_opened_at,
+                    user_id=self.user_id,
                 )
-            if len(parties) > 1:
-                raise SubmitterAmbiguous()
-            role, submitter = parties[0]
-        active = project.active_dispute_milestone
-        if active is None:
-            raise NoActiveDispute()
-        milestone = payload.get("milestoneIndex")
-        if milestone is None:
-            milestone = active
-        elif milestone != active:
-            raise MilestoneNotDisputed(
-                f"milestone {milestone} is not the active disputed milestone ({active})"
-            )
-        try:
-            row = await repo.insert(
-                conn,
-                project_address=project_address,
-                milestone_index=milestone,
-                submitter_address=submitter,
-                submitter_role=role,
-                evidence_hash=payload["evidenceHash"],
-                evidence_payload=payload.get("evidencePayload"),
-                dispute_opened_at=project.dispute_opened_at,
-                user_id=user_id,
-            )
-        except asyncpg.UniqueViolationError as exc:
-            if exc.constraint_name != repo.UNIQUE_CONSTRAINT:
-                raise
-            raise EvidenceAlreadySubmitted(
-                f"the {role} already submitted evidence for milestone {milestone}"
-            ) from None
-    return dict(row)
+            except asyncpg.UniqueViolationError as exc:
+                if exc.constraint_name != repo.UNIQUE_CONSTRAINT:
+                    raise
+                raise EvidenceAlreadySubmitted(
+                    f"the {role} already submitted evidence for milestone {milestone}"
+                ) from None
+        return StoredDisputeEvidence(
+            evidence_id=row["evidence_id"],
+            project_address=row["project_address"],
+            milestone_index=row["milestone_index"],
+            submitter_address=row["submitter_address"],
+            submitter_role=row["submitter_role"],
+            evidence_hash=row["evidence_hash"],
+            evidence_payload=row["evidence_payload"],
+            created_at=row["created_at"],
+        )
 
 
 async def list_dispute_evidence(

@@ -7,18 +7,22 @@ import enum
 import json
 import uuid
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 from pydantic import AfterValidator, Discriminator, Field, RootModel, Tag
 
+from marketplace.storage.pool import Row
 from marketplace.types import (
     FREE_FORM_MAX_DEPTH,
     FREE_FORM_MAX_MEMBERS,
+    MILESTONE_INDEX_MAX,
     ZERO_BYTES32,
     Address,
     Bytes32,
     FreeFormObject,
     HttpsOrIpfsUri,
+    LowerAddress,
+    MilestoneIndex,
     QueryModel,
     RequestModel,
     ResponseModel,
@@ -26,7 +30,6 @@ from marketplace.types import (
 
 NOTES_MAX = 4000
 EVIDENCE_PAYLOAD_MAX_BYTES = 64_000
-MILESTONE_INDEX_MAX = 65_535
 
 
 def _omit_none(value: object) -> bool:
@@ -67,7 +70,6 @@ NonZeroBytes32 = Annotated[
     ),
     AfterValidator(_non_zero),
 ]
-MilestoneIndex = Annotated[int, Field(ge=0, le=MILESTONE_INDEX_MAX)]
 EvidencePayload = Annotated[
     FreeFormObject,
     Field(
@@ -82,10 +84,6 @@ EvidencePayload = Annotated[
 ]
 
 
-class ProjectAddressPath(QueryModel):
-    projectAddress: Address
-
-
 # --- bid drafts ----------------------------------------------------------------------------
 
 
@@ -93,7 +91,7 @@ class BidDraftUpsertRequest(RequestModel):
     """Create or replace the caller's draft for one bidder wallet. The body is the whole draft:
     an omitted `artifactUri` or `notes` clears a stored one."""
 
-    bidderWalletAddress: Address = Field(description="an active wallet link of the caller")
+    bidderWalletAddress: LowerAddress = Field(description="an active wallet link of the caller")
     draftHash: Bytes32
     artifactUri: ArtifactUri | None = None
     notes: Notes | None = None
@@ -111,9 +109,22 @@ class BidDraftRecord(ResponseModel):
     createdAt: datetime
     updatedAt: datetime
 
+    @classmethod
+    def from_row(cls, row: Row) -> Self:
+        return cls(
+            id=row["draft_id"],
+            projectAddress=row["project_address"],
+            bidderWalletAddress=row["bidder_address"],
+            draftHash=row["draft_hash"],
+            artifactUri=row["artifact_uri"],
+            notes=row["notes"],
+            createdAt=row["created_at"],
+            updatedAt=row["updated_at"],
+        )
+
 
 class BidDraftListQuery(QueryModel):
-    bidderWalletAddress: Address | None = Field(
+    bidderWalletAddress: LowerAddress | None = Field(
         default=None, description="only the draft of this bidder wallet"
     )
 
@@ -134,7 +145,7 @@ class ChallengeSubmissionUpsertRequest(RequestModel):
     """Register (or update) the artifact of an on-chain challenge submission. The body is the
     whole record: an omitted `artifactUri` or `notes` clears a stored one."""
 
-    submitterAddress: Address = Field(description="an active wallet link of the caller")
+    submitterAddress: LowerAddress = Field(description="an active wallet link of the caller")
     submissionHash: NonZeroBytes32 = Field(
         description="must equal challengeSubmissionOf(submitterAddress) on chain"
     )
@@ -154,9 +165,22 @@ class ChallengeSubmissionRecord(ResponseModel):
     createdAt: datetime
     updatedAt: datetime
 
+    @classmethod
+    def from_row(cls, row: Row) -> Self:
+        return cls(
+            id=row["submission_id"],
+            projectAddress=row["project_address"],
+            submitterAddress=row["submitter_address"],
+            submissionHash=row["submission_hash"],
+            artifactUri=row["artifact_uri"],
+            notes=row["notes"],
+            createdAt=row["created_at"],
+            updatedAt=row["updated_at"],
+        )
+
 
 class ChallengeSubmissionListQuery(QueryModel):
-    submitterAddress: Address | None = Field(
+    submitterAddress: LowerAddress | None = Field(
         default=None, description="only the registration of this submitter wallet"
     )
 
@@ -185,7 +209,7 @@ class DisputeEvidenceSubmitRequest(RequestModel):
     """Evidence, schema shape: names the disputed milestone and the party's wallet."""
 
     milestoneIndex: MilestoneIndex = Field(description="the project's active disputed milestone")
-    submitterAddress: Address = Field(
+    submitterAddress: LowerAddress = Field(
         description="an active wallet link of the caller: the owner or the selected worker wallet"
     )
     evidenceHash: NonZeroBytes32
@@ -242,6 +266,19 @@ class DisputeEvidenceRecord(ResponseModel):
     evidenceHash: Bytes32
     evidencePayload: dict[str, Any] | None = Field(default=None, exclude_if=_omit_none)
     createdAt: datetime
+
+    @classmethod
+    def from_row(cls, row: Row) -> Self:
+        return cls(
+            id=row["evidence_id"],
+            projectAddress=row["project_address"],
+            milestoneIndex=row["milestone_index"],
+            submitterAddress=row["submitter_address"],
+            submitterRole=SubmitterRole(row["submitter_role"]),
+            evidenceHash=row["evidence_hash"],
+            evidencePayload=row["evidence_payload"],
+            createdAt=row["created_at"],
+        )
 
 
 class DisputeEvidenceListQuery(QueryModel):

@@ -96,6 +96,25 @@ CREATE TABLE public.dispute_evidence (
     CONSTRAINT dispute_evidence_submitter_role_check CHECK ((submitter_role = ANY (ARRAY['owner'::text, 'worker'::text])))
 );
 
+CREATE TABLE public.dm_threads (
+    thread_id uuid DEFAULT gen_random_uuid() NOT NULL,
+    user_low uuid NOT NULL,
+    user_high uuid NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_message_at timestamp with time zone DEFAULT now() NOT NULL,
+    activity_seq bigint NOT NULL,
+    CONSTRAINT dm_threads_ordered_pair CHECK ((user_low < user_high))
+);
+
+CREATE SEQUENCE public.dm_threads_activity_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.dm_threads_activity_seq OWNED BY public.dm_threads.activity_seq;
+
 CREATE TABLE public.event_relay_cursor (
     singleton boolean DEFAULT true NOT NULL,
     last_relayed_id bigint NOT NULL,
@@ -189,6 +208,60 @@ CREATE TABLE public.legal_acceptances (
     CONSTRAINT legal_acceptances_kind_check CHECK ((kind = ANY (ARRAY['explicit'::text, 'implied'::text])))
 );
 
+CREATE TABLE public.message_reports (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    seq bigint NOT NULL,
+    message_id uuid NOT NULL,
+    reporter_user_id uuid NOT NULL,
+    reason text NOT NULL,
+    status text DEFAULT 'open'::text NOT NULL,
+    note text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    resolved_by_user_id uuid,
+    CONSTRAINT message_reports_note_check CHECK ((char_length(note) <= 2000)),
+    CONSTRAINT message_reports_reason_check CHECK (((char_length(reason) >= 1) AND (char_length(reason) <= 1000))),
+    CONSTRAINT message_reports_status_check CHECK ((status = ANY (ARRAY['open'::text, 'reviewing'::text, 'actioned'::text, 'dismissed'::text])))
+);
+
+ALTER TABLE public.message_reports ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.message_reports_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.messages (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    seq bigint NOT NULL,
+    kind text NOT NULL,
+    project_address text,
+    thread_id uuid,
+    sender_user_id uuid NOT NULL,
+    sender_wallet_address text,
+    recipient_user_id uuid,
+    body text NOT NULL,
+    body_status text DEFAULT 'visible'::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT messages_body_check CHECK (((char_length(body) >= 1) AND (char_length(body) <= 4000))),
+    CONSTRAINT messages_body_status_check CHECK ((body_status = ANY (ARRAY['visible'::text, 'reported'::text, 'removed'::text]))),
+    CONSTRAINT messages_kind_check CHECK ((kind = ANY (ARRAY['project_chat'::text, 'direct'::text]))),
+    CONSTRAINT messages_kind_fields CHECK ((((kind = 'project_chat'::text) AND (project_address IS NOT NULL) AND (sender_wallet_address IS NOT NULL) AND (thread_id IS NULL) AND (recipient_user_id IS NULL)) OR ((kind = 'direct'::text) AND (thread_id IS NOT NULL) AND (recipient_user_id IS NOT NULL) AND (project_address IS NULL) AND (sender_wallet_address IS NULL)))),
+    CONSTRAINT messages_project_address_check CHECK ((project_address ~ '^0x[0-9a-f]{40}$'::text)),
+    CONSTRAINT messages_sender_wallet_address_check CHECK ((sender_wallet_address ~ '^0x[0-9a-f]{40}$'::text))
+);
+
+ALTER TABLE public.messages ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.messages_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE public.milestones (
     project_address text NOT NULL,
     milestone_index integer NOT NULL,
@@ -205,6 +278,61 @@ CREATE TABLE public.milestones (
     latest_verifier_passes boolean,
     CONSTRAINT milestones_milestone_index_check CHECK (((milestone_index >= 0) AND (milestone_index <= 65535))),
     CONSTRAINT milestones_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'submitted'::text, 'approved'::text, 'rejected'::text, 'disputed'::text, 'attested'::text])))
+);
+
+CREATE TABLE public.moderation_audit (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    seq bigint NOT NULL,
+    subject_user_id uuid NOT NULL,
+    actor_user_id uuid,
+    action text NOT NULL,
+    reason text,
+    details jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT moderation_audit_action_check CHECK ((action = ANY (ARRAY['offense'::text, 'suspension'::text, 'suspension_lifted'::text, 'report_created'::text, 'report_status_changed'::text]))),
+    CONSTRAINT moderation_audit_details_check CHECK ((jsonb_typeof(details) = 'object'::text)),
+    CONSTRAINT moderation_audit_reason_check CHECK ((char_length(reason) <= 2000))
+);
+
+ALTER TABLE public.moderation_audit ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.moderation_audit_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.moderation_offenses (
+    id uuid NOT NULL,
+    seq bigint NOT NULL,
+    user_id uuid NOT NULL,
+    term text NOT NULL,
+    context text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT moderation_offenses_context_check CHECK ((context = ANY (ARRAY['project_chat'::text, 'direct'::text]))),
+    CONSTRAINT moderation_offenses_term_check CHECK (((char_length(term) >= 1) AND (char_length(term) <= 200)))
+);
+
+ALTER TABLE public.moderation_offenses ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.moderation_offenses_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.moderation_suspensions (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    user_id uuid NOT NULL,
+    offense_id uuid NOT NULL,
+    starts_at timestamp with time zone DEFAULT now() NOT NULL,
+    ends_at timestamp with time zone NOT NULL,
+    lifted_at timestamp with time zone,
+    lifted_by_user_id uuid,
+    CONSTRAINT moderation_suspensions_lift CHECK (((lifted_at IS NULL) OR (lifted_at >= starts_at))),
+    CONSTRAINT moderation_suspensions_span CHECK ((ends_at > starts_at))
 );
 
 CREATE TABLE public.project_create_intents (
@@ -304,6 +432,20 @@ CREATE TABLE public.schema_migrations (
     applied_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE public.user_blocks (
+    user_id uuid NOT NULL,
+    blocked_user_id uuid NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT user_blocks_not_self CHECK ((user_id <> blocked_user_id))
+);
+
+CREATE TABLE public.user_mutes (
+    user_id uuid NOT NULL,
+    muted_user_id uuid NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT user_mutes_not_self CHECK ((user_id <> muted_user_id))
+);
+
 CREATE TABLE public.usernames (
     user_id uuid NOT NULL,
     username text NOT NULL,
@@ -319,7 +461,9 @@ CREATE TABLE public.users (
     verifier_admin boolean DEFAULT false NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    session_iat bigint
+    session_iat bigint,
+    email text,
+    CONSTRAINT users_email_check CHECK (((email IS NULL) OR ((char_length(email) >= 3) AND (char_length(email) <= 320))))
 );
 
 CREATE TABLE public.wallet_link_challenges (
@@ -352,6 +496,8 @@ CREATE TABLE public.wallet_links (
     CONSTRAINT wallet_links_wallet_address_check CHECK ((wallet_address ~ '^0x[0-9a-f]{40}$'::text))
 );
 
+ALTER TABLE ONLY public.dm_threads ALTER COLUMN activity_seq SET DEFAULT nextval('public.dm_threads_activity_seq'::regclass);
+
 ALTER TABLE ONLY public.events ALTER COLUMN id SET DEFAULT nextval('public.events_id_seq'::regclass);
 
 ALTER TABLE ONLY public.jobs ALTER COLUMN id SET DEFAULT nextval('public.jobs_id_seq'::regclass);
@@ -383,6 +529,12 @@ ALTER TABLE ONLY public.dispute_evidence
 ALTER TABLE ONLY public.dispute_evidence
     ADD CONSTRAINT dispute_evidence_pkey PRIMARY KEY (evidence_id);
 
+ALTER TABLE ONLY public.dm_threads
+    ADD CONSTRAINT dm_threads_one_per_pair UNIQUE (user_low, user_high);
+
+ALTER TABLE ONLY public.dm_threads
+    ADD CONSTRAINT dm_threads_pkey PRIMARY KEY (thread_id);
+
 ALTER TABLE ONLY public.event_relay_cursor
     ADD CONSTRAINT event_relay_cursor_pkey PRIMARY KEY (singleton);
 
@@ -404,8 +556,41 @@ ALTER TABLE ONLY public.jobs
 ALTER TABLE ONLY public.legal_acceptances
     ADD CONSTRAINT legal_acceptances_pkey PRIMARY KEY (user_id, document_type, version, kind);
 
+ALTER TABLE ONLY public.message_reports
+    ADD CONSTRAINT message_reports_one_per_reporter UNIQUE (message_id, reporter_user_id);
+
+ALTER TABLE ONLY public.message_reports
+    ADD CONSTRAINT message_reports_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.message_reports
+    ADD CONSTRAINT message_reports_seq_key UNIQUE (seq);
+
+ALTER TABLE ONLY public.messages
+    ADD CONSTRAINT messages_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.messages
+    ADD CONSTRAINT messages_seq_key UNIQUE (seq);
+
 ALTER TABLE ONLY public.milestones
     ADD CONSTRAINT milestones_pkey PRIMARY KEY (project_address, milestone_index);
+
+ALTER TABLE ONLY public.moderation_audit
+    ADD CONSTRAINT moderation_audit_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.moderation_audit
+    ADD CONSTRAINT moderation_audit_seq_key UNIQUE (seq);
+
+ALTER TABLE ONLY public.moderation_offenses
+    ADD CONSTRAINT moderation_offenses_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.moderation_offenses
+    ADD CONSTRAINT moderation_offenses_seq_key UNIQUE (seq);
+
+ALTER TABLE ONLY public.moderation_suspensions
+    ADD CONSTRAINT moderation_suspensions_offense_id_key UNIQUE (offense_id);
+
+ALTER TABLE ONLY public.moderation_suspensions
+    ADD CONSTRAINT moderation_suspensions_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY public.project_create_intents
     ADD CONSTRAINT project_create_intents_pkey PRIMARY KEY (intent_id);
@@ -421,6 +606,12 @@ ALTER TABLE ONLY public.projects
 
 ALTER TABLE ONLY public.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+ALTER TABLE ONLY public.user_blocks
+    ADD CONSTRAINT user_blocks_pkey PRIMARY KEY (user_id, blocked_user_id);
+
+ALTER TABLE ONLY public.user_mutes
+    ADD CONSTRAINT user_mutes_pkey PRIMARY KEY (user_id, muted_user_id);
 
 ALTER TABLE ONLY public.usernames
     ADD CONSTRAINT usernames_pkey PRIMARY KEY (user_id);
@@ -440,6 +631,10 @@ CREATE INDEX api_key_usage_by_key_time ON public.api_key_usage USING btree (key_
 
 CREATE INDEX api_keys_by_user ON public.api_keys USING btree (user_id, created_at);
 
+CREATE INDEX dm_threads_by_high ON public.dm_threads USING btree (user_high, activity_seq DESC);
+
+CREATE INDEX dm_threads_by_low ON public.dm_threads USING btree (user_low, activity_seq DESC);
+
 CREATE INDEX jobs_claim ON public.jobs USING btree (queue, next_attempt_at, id) WHERE (status = ANY (ARRAY['queued'::text, 'running'::text]));
 
 CREATE INDEX jobs_completed ON public.jobs USING btree (finished_at) WHERE (status = 'completed'::text);
@@ -447,6 +642,26 @@ CREATE INDEX jobs_completed ON public.jobs USING btree (finished_at) WHERE (stat
 CREATE INDEX jobs_failed ON public.jobs USING btree (queue, finished_at) WHERE (status = 'failed'::text);
 
 CREATE INDEX jobs_leases ON public.jobs USING btree (queue, lease_expires_at) WHERE (status = 'running'::text);
+
+CREATE INDEX message_reports_by_status ON public.message_reports USING btree (status, seq DESC);
+
+CREATE INDEX message_reports_open_by_message ON public.message_reports USING btree (message_id) WHERE (status = ANY (ARRAY['open'::text, 'reviewing'::text]));
+
+CREATE INDEX messages_project_chat ON public.messages USING btree (project_address, seq DESC) WHERE (kind = 'project_chat'::text);
+
+CREATE INDEX messages_sender ON public.messages USING btree (sender_user_id);
+
+CREATE INDEX messages_thread ON public.messages USING btree (thread_id, seq DESC) WHERE (kind = 'direct'::text);
+
+CREATE INDEX moderation_audit_by_subject ON public.moderation_audit USING btree (subject_user_id, seq DESC);
+
+CREATE INDEX moderation_offenses_by_user ON public.moderation_offenses USING btree (user_id, created_at DESC);
+
+CREATE INDEX moderation_offenses_list ON public.moderation_offenses USING btree (user_id, seq DESC);
+
+CREATE INDEX moderation_suspensions_by_user ON public.moderation_suspensions USING btree (user_id, starts_at DESC);
+
+CREATE INDEX moderation_suspensions_unlifted ON public.moderation_suspensions USING btree (user_id, ends_at DESC) WHERE (lifted_at IS NULL);
 
 CREATE INDEX project_create_intents_by_user ON public.project_create_intents USING btree (user_id, created_at DESC);
 
@@ -458,7 +673,11 @@ CREATE INDEX projects_open_order ON public.projects USING btree (created_block D
 
 CREATE INDEX projects_owner_order ON public.projects USING btree (owner_address, created_block DESC, created_log_index DESC);
 
+CREATE INDEX projects_selected_builder ON public.projects USING btree (selected_builder_address) WHERE (selected_builder_address IS NOT NULL);
+
 CREATE INDEX projects_status_order ON public.projects USING btree (status, created_block DESC, created_log_index DESC);
+
+CREATE INDEX user_blocks_blocked ON public.user_blocks USING btree (blocked_user_id);
 
 CREATE UNIQUE INDEX usernames_lower_unique ON public.usernames USING btree (lower(username));
 
@@ -492,11 +711,53 @@ ALTER TABLE ONLY public.challenge_submissions
 ALTER TABLE ONLY public.dispute_evidence
     ADD CONSTRAINT dispute_evidence_submitted_by_fkey FOREIGN KEY (submitted_by) REFERENCES public.users(user_id) ON DELETE SET NULL;
 
+ALTER TABLE ONLY public.dm_threads
+    ADD CONSTRAINT dm_threads_user_high_fkey FOREIGN KEY (user_high) REFERENCES public.users(user_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.dm_threads
+    ADD CONSTRAINT dm_threads_user_low_fkey FOREIGN KEY (user_low) REFERENCES public.users(user_id) ON DELETE CASCADE;
+
 ALTER TABLE ONLY public.legal_acceptances
     ADD CONSTRAINT legal_acceptances_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(user_id) ON DELETE CASCADE;
 
+ALTER TABLE ONLY public.message_reports
+    ADD CONSTRAINT message_reports_message_id_fkey FOREIGN KEY (message_id) REFERENCES public.messages(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.message_reports
+    ADD CONSTRAINT message_reports_reporter_user_id_fkey FOREIGN KEY (reporter_user_id) REFERENCES public.users(user_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.message_reports
+    ADD CONSTRAINT message_reports_resolved_by_user_id_fkey FOREIGN KEY (resolved_by_user_id) REFERENCES public.users(user_id) ON DELETE SET NULL;
+
+ALTER TABLE ONLY public.messages
+    ADD CONSTRAINT messages_recipient_user_id_fkey FOREIGN KEY (recipient_user_id) REFERENCES public.users(user_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.messages
+    ADD CONSTRAINT messages_sender_user_id_fkey FOREIGN KEY (sender_user_id) REFERENCES public.users(user_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.messages
+    ADD CONSTRAINT messages_thread_id_fkey FOREIGN KEY (thread_id) REFERENCES public.dm_threads(thread_id) ON DELETE CASCADE;
+
 ALTER TABLE ONLY public.milestones
     ADD CONSTRAINT milestones_project_address_fkey FOREIGN KEY (project_address) REFERENCES public.projects(project_address) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.moderation_audit
+    ADD CONSTRAINT moderation_audit_actor_user_id_fkey FOREIGN KEY (actor_user_id) REFERENCES public.users(user_id) ON DELETE SET NULL;
+
+ALTER TABLE ONLY public.moderation_audit
+    ADD CONSTRAINT moderation_audit_subject_user_id_fkey FOREIGN KEY (subject_user_id) REFERENCES public.users(user_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.moderation_offenses
+    ADD CONSTRAINT moderation_offenses_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(user_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.moderation_suspensions
+    ADD CONSTRAINT moderation_suspensions_lifted_by_user_id_fkey FOREIGN KEY (lifted_by_user_id) REFERENCES public.users(user_id) ON DELETE SET NULL;
+
+ALTER TABLE ONLY public.moderation_suspensions
+    ADD CONSTRAINT moderation_suspensions_offense_id_fkey FOREIGN KEY (offense_id) REFERENCES public.moderation_offenses(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.moderation_suspensions
+    ADD CONSTRAINT moderation_suspensions_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(user_id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.project_create_intents
     ADD CONSTRAINT project_create_intents_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(user_id) ON DELETE CASCADE;
@@ -506,6 +767,18 @@ ALTER TABLE ONLY public.project_metadata
 
 ALTER TABLE ONLY public.project_metadata
     ADD CONSTRAINT project_metadata_intent_id_fkey FOREIGN KEY (intent_id) REFERENCES public.project_create_intents(intent_id);
+
+ALTER TABLE ONLY public.user_blocks
+    ADD CONSTRAINT user_blocks_blocked_user_id_fkey FOREIGN KEY (blocked_user_id) REFERENCES public.users(user_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.user_blocks
+    ADD CONSTRAINT user_blocks_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(user_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.user_mutes
+    ADD CONSTRAINT user_mutes_muted_user_id_fkey FOREIGN KEY (muted_user_id) REFERENCES public.users(user_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.user_mutes
+    ADD CONSTRAINT user_mutes_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(user_id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.usernames
     ADD CONSTRAINT usernames_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(user_id) ON DELETE CASCADE;

@@ -10,6 +10,7 @@ from typing import Any
 import jwt
 
 from marketplace.http import keys
+from marketplace.http.routing import GUARD_HOOKS, ROUTES
 from tests.conftest import JWT_SECRET, SCHEDULER_SECRET, bearer, make_token, new_user
 
 # --- authentication -------------------------------------------------------------------------
@@ -251,7 +252,7 @@ async def test_guard_hooks_run_after_email_check_and_before_validation(
     async def hook(call: Any) -> None:
         seen.append(call.route.name)
 
-    probe_client.app[keys.GUARD_HOOKS].append(hook)
+    probe_client.app[GUARD_HOOKS].append(hook)
     resp = await probe_client.post(
         "/v1/_probe/guarded", json={"bad": 1}, headers=new_user(email_verified=False).headers
     )
@@ -309,9 +310,10 @@ async def test_the_app_serves_exactly_the_declared_capabilities(client: Any) -> 
         for ref in cap.routes
         for route in resolve(ref).routes
     ]
-    served = [(route.method, route.path) for route in client.app[keys.ROUTES]]
+    served = [(route.method, route.path) for route in client.app[ROUTES]]
     assert served[: len(declared)] == declared
-    # The legal-assent guard is installed from its declaration, not by its module.
+    # The guards are installed from their declarations, in GUARD_ORDER, not by their modules.
+    from marketplace.http.moderation_gate import moderation_suspension_guard
     from marketplace.http.routes.legal import legal_assent_guard
 
-    assert client.app[keys.GUARD_HOOKS] == [legal_assent_guard]
+    assert client.app[GUARD_HOOKS] == [legal_assent_guard, moderation_suspension_guard]

@@ -5,9 +5,10 @@ Reverts are checked with ``eth_call`` at an exact block timestamp (anvil block o
 real transactions, optionally at an exact timestamp (``evm_setNextBlockTimestamp``), with a fixed
 gas limit so no gas estimation runs at a different time.
 
-The enums, EIP-712 signing helpers, amounts and revert decoding live in the package
-(``marketplace.chain.devnet_client``) and are re-exported here; what stays is test-only: the
-``Chain`` driver (exact timestamps, fixed gas, ``reverts`` assertions), ``Actors`` and ``h``.
+The enums and EIP-712 signing helpers (``marketplace.chain``) and the amounts and revert
+decoding (``marketplace.devnet.client``) live in the package and are re-exported here; what stays
+is test-only: the ``Chain`` driver (exact timestamps, fixed gas, ``reverts`` assertions),
+``Actors`` and ``h``.
 """
 
 from __future__ import annotations
@@ -27,18 +28,19 @@ from web3.types import RPCEndpoint, TxReceipt
 from marketplace.chain import hashes
 from marketplace.chain.abi import abi_type
 from marketplace.chain.artifacts import load_artifact
-from marketplace.chain.deploy import (
-    ANVIL_PRIVATE_KEYS,
-    DEV_VERIFIER_PRIVATE_KEY,
-    Deployment,
-    contract_at,
-)
-from marketplace.chain.devnet_client import (
+from marketplace.chain.eip712 import (
     ATTESTATION_TYPES,
     CHALLENGE_FALLBACK_TYPES,
     PERMIT_TYPES,
     VERIFIER_DOMAIN_NAME,
     VERIFIER_DOMAIN_VERSION,
+    ranked_submitters_hash,
+    sign_attestation,
+    sign_fallback,
+    sign_permit,
+    verifier_domain,
+)
+from marketplace.chain.enums import (
     BiddingAccess,
     DisputeOutcome,
     DisputePhase,
@@ -46,13 +48,8 @@ from marketplace.chain.devnet_client import (
     MilestoneStatus,
     ProjectMode,
     ProjectStatus,
-    ranked_submitters_hash,
-    sign_attestation,
-    sign_fallback,
-    sign_permit,
-    verifier_domain,
 )
-from marketplace.chain.devnet_client.client import (
+from marketplace.devnet.client import (
     DAY,
     HOUR,
     USDC,
@@ -60,6 +57,12 @@ from marketplace.chain.devnet_client.client import (
     ZERO_HASH,
     decode_revert,
     decode_struct,
+)
+from marketplace.devnet.deploy import (
+    ANVIL_PRIVATE_KEYS,
+    DEV_VERIFIER_PRIVATE_KEY,
+    Deployment,
+    contract_at,
 )
 
 __all__ = [  # re-exported for the contract, indexer, claims and records tests

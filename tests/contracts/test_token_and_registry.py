@@ -8,7 +8,7 @@ from eth_account import Account
 from eth_account.messages import encode_typed_data
 from eth_utils import keccak
 
-from marketplace.chain.deploy import DEV_VERIFIER_PRIVATE_KEY
+from marketplace.devnet.deploy import DEV_VERIFIER_PRIVATE_KEY
 from tests.contracts.helpers import (
     ANONYMOUS,
     ATTESTATION_TYPES,

@@ -31,9 +31,9 @@ from eth_account.messages import encode_defunct
 from web3 import Web3
 from web3.types import RPCEndpoint
 
-from marketplace.chain.anvil import AnvilProcess
-from marketplace.chain.deploy import Deployment, deploy_dev_defaults
 from marketplace.config import Settings
+from marketplace.devnet.anvil import AnvilProcess
+from marketplace.devnet.deploy import Deployment, deploy_dev_defaults
 from marketplace.http.server import JsonErrorsAppRunner
 from tests.api.records.conftest import seed_dispute, seed_project
 from tests.conftest import (

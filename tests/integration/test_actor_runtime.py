@@ -8,7 +8,7 @@ from typing import Any
 
 import ray
 
-from marketplace.actors.project_shard import shard_spec
+from marketplace.actors.keyed_shard import shard_spec
 from marketplace.actors.runtime import stable_shard
 from marketplace.http import keys
 

@@ -12,9 +12,9 @@ from typing import Any
 from eth_account import Account
 from web3 import Web3
 
-from marketplace.chain.anvil import AnvilProcess
-from marketplace.chain.deploy import ANVIL_PRIVATE_KEYS, Deployment, deploy_dev_defaults
 from marketplace.config import Settings
+from marketplace.devnet.anvil import AnvilProcess
+from marketplace.devnet.deploy import ANVIL_PRIVATE_KEYS, Deployment, deploy_dev_defaults
 from marketplace.indexer.engine import IndexerConfig, IndexerEngine
 from tests.conftest import Servers, make_settings
 from tests.contracts.helpers import Chain

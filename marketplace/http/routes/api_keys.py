@@ -15,6 +15,7 @@ from aiohttp import web
 from marketplace.errors import Forbidden
 from marketplace.http import keys
 from marketplace.http.middlewares import route_template
+from marketplace.http.paths import ApiKeyPath
 from marketplace.http.routing import AuthMode, Call, RouteTable
 from marketplace.identity import api_keys
 from marketplace.identity.access import ensure_self
@@ -24,7 +25,6 @@ from marketplace.identity.models import (
     ApiKeyCreateRequest,
     ApiKeyCreateResponse,
     ApiKeyListResponse,
-    ApiKeyPath,
     ApiKeyRecord,
     ApiKeyRotateRequest,
     ApiKeyRotateResponse,
@@ -40,19 +40,6 @@ USAGE_RECORDER: web.AppKey[api_keys.UsageRecorder] = web.AppKey(
 )
 
 
-def _record(row: asyncpg.Record) -> ApiKeyRecord:
-    return ApiKeyRecord(
-        id=row["key_id"],
-        name=row["name"],
-        userId=row["user_id"],
-        keyPrefix=row["key_prefix"],
-        keyLast4=row["key_last4"],
-        createdAt=row["created_at"],
-        lastUsedAt=row["last_used_at"],
-        revokedAt=row["revoked_at"],
-    )
-
-
 @routes.get(
     "/v1/api-keys",
     name="listApiKeys",
@@ -65,7 +52,7 @@ def _record(row: asyncpg.Record) -> ApiKeyRecord:
 async def list_api_keys(call: Call[None, UserIdQuery, None]) -> ApiKeyListResponse:
     """Self only: `userId` defaults to the caller; another user's id is refused (403)."""
     user_id = ensure_self(call.require_principal(), call.query.userId)
-    items = [_record(row) for row in await repo.list_keys(call.pool, user_id)]
+    items = [ApiKeyRecord.from_row(row) for row in await repo.list_keys(call.pool, user_id)]
     return ApiKeyListResponse(userId=user_id, items=items, count=len(items))
 
 
@@ -91,7 +78,7 @@ async def create_api_key(call: Call[ApiKeyCreateRequest, None, None]) -> ApiKeyC
         prefix=settings.api_key_prefix,
         max_active=settings.api_key_max_active_per_user,
     )
-    return ApiKeyCreateResponse(**_record(row).model_dump(), secret=secret)
+    return ApiKeyCreateResponse.from_row(row, secret=secret)
 
 
 @routes.post(
@@ -117,10 +104,8 @@ async def rotate_api_key(
         grace_seconds=call.body.gracePeriodSeconds,
         prefix=call.settings.api_key_prefix,
     )
-    return ApiKeyRotateResponse(
-        **_record(rotation.row).model_dump(),
-        secret=rotation.secret,
-        graceExpiresAt=rotation.grace_expires_at,
+    return ApiKeyRotateResponse.from_row(
+        rotation.row, secret=rotation.secret, graceExpiresAt=rotation.grace_expires_at
     )
 
 
@@ -137,7 +122,7 @@ async def revoke_api_key(call: Call[None, None, ApiKeyPath]) -> ApiKeyRecord:
     """Session only. Idempotent: revoking a revoked key returns its original `revokedAt`."""
     principal = call.require_principal()
     row = await api_keys.revoke_key(call.pool, user_id=principal.user_id, key_id=call.path.keyId)
-    return _record(row)
+    return ApiKeyRecord.from_row(row)
 
 
 @routes.get(
@@ -164,16 +149,7 @@ async def get_api_key_audit(
     rows, next_cursor = await api_keys.usage_page(
         call.pool, key["key_id"], limit=call.query.limit, cursor=call.query.cursor
     )
-    items = [
-        ApiKeyUsageEntry(
-            occurredAt=row["occurred_at"],
-            method=row["method"],
-            route=row["route"],
-            status=row["status"],
-            clientAddress=row["client_address"],
-        )
-        for row in rows
-    ]
+    items = [ApiKeyUsageEntry.from_row(row) for row in rows]
     return ApiKeyAuditResponse(
         keyId=key["key_id"], userId=user_id, items=items, count=len(items), nextCursor=next_cursor
     )
@@ -204,7 +180,7 @@ def setup(app: web.Application) -> None:
         return app[keys.PG_POOL]
 
     settings = app[keys.SETTINGS]
-    app[keys.API_KEY_RESOLVER] = api_keys.DatabaseApiKeyResolver(pool)
+    app[keys.API_KEY_RESOLVER] = api_keys.DatabaseApiKeyResolver(pool, app[keys.SESSION_RECORDER])
     recorder = api_keys.UsageRecorder(
         pool,
         interval_ms=settings.api_key_audit_flush_interval_ms,

@@ -4,6 +4,7 @@ listing straight from Postgres. Rules in marketplace.records.bid_drafts; docs/re
 from __future__ import annotations
 
 from marketplace.http import keys
+from marketplace.http.paths import ProjectPath
 from marketplace.http.routing import AuthMode, Call, RouteTable
 from marketplace.records import bid_drafts
 from marketplace.records.errors import (
@@ -20,24 +21,9 @@ from marketplace.records.models import (
     BidDraftListResponse,
     BidDraftRecord,
     BidDraftUpsertRequest,
-    ProjectAddressPath,
 )
-from marketplace.storage.pool import Row
 
 routes = RouteTable(tag="bid-drafts")
-
-
-def bid_draft_record(row: Row) -> BidDraftRecord:
-    return BidDraftRecord(
-        id=row["draft_id"],
-        projectAddress=row["project_address"],
-        bidderWalletAddress=row["bidder_address"],
-        draftHash=row["draft_hash"],
-        artifactUri=row["artifact_uri"],
-        notes=row["notes"],
-        createdAt=row["created_at"],
-        updatedAt=row["updated_at"],
-    )
 
 
 @routes.post(
@@ -46,7 +32,7 @@ def bid_draft_record(row: Row) -> BidDraftRecord:
     summary="Create or replace the caller's bid draft for a bidder wallet",
     auth=AuthMode.EITHER,
     response=BidDraftRecord,
-    path_params=ProjectAddressPath,
+    path_params=ProjectPath,
     body=BidDraftUpsertRequest,
     guarded=True,
     errors=(
@@ -59,7 +45,7 @@ def bid_draft_record(row: Row) -> BidDraftRecord:
     ),
 )
 async def upsert_bid_draft(
-    call: Call[BidDraftUpsertRequest, None, ProjectAddressPath],
+    call: Call[BidDraftUpsertRequest, None, ProjectPath],
 ) -> BidDraftRecord:
     """Upsert keyed by (project, bidder wallet); always 200 with the stored record (a new draft
     has `createdAt == updatedAt`; repeating a request changes nothing). `bidderWalletAddress`
@@ -70,17 +56,18 @@ async def upsert_bid_draft(
     `project_not_bidding`). The body is the whole draft: an omitted `artifactUri` or `notes`
     clears a stored one."""
     principal = call.require_principal()
-    project = call.path.projectAddress.lower()
+    project = call.path.projectAddress
     body = call.body
-    payload = {
-        "userId": str(principal.user_id),
-        "bidderWalletAddress": body.bidderWalletAddress.lower(),
-        "draftHash": body.draftHash,
-        "artifactUri": body.artifactUri,
-        "notes": body.notes,
-    }
-    row = await call.app[keys.PROJECT_SHARDS].mutate(project, bid_drafts.upsert_bid_draft, payload)
-    return bid_draft_record(row)
+    command = bid_drafts.UpsertBidDraft(
+        project_address=project,
+        user_id=principal.user_id,
+        bidder_address=body.bidderWalletAddress,
+        draft_hash=body.draftHash,
+        artifact_uri=body.artifactUri,
+        notes=body.notes,
+    )
+    row = await call.app[keys.PROJECT_SHARDS].run(command)
+    return BidDraftRecord.from_row(row)
 
 
 @routes.get(
@@ -89,22 +76,20 @@ async def upsert_bid_draft(
     summary="List a project's bid drafts (project owner only)",
     auth=AuthMode.EITHER,
     response=BidDraftListResponse,
-    path_params=ProjectAddressPath,
+    path_params=ProjectPath,
     query=BidDraftListQuery,
     errors=(ProjectNotFound, NotProjectOwner),
 )
 async def list_bid_drafts(
-    call: Call[None, BidDraftListQuery, ProjectAddressPath],
+    call: Call[None, BidDraftListQuery, ProjectPath],
 ) -> BidDraftListResponse:
     """Only for a caller with an active wallet link to the project's owner wallet (403
     `not_project_owner`); oldest first. `bidderWalletAddress` narrows it to one bidder."""
     principal = call.require_principal()
-    project = call.path.projectAddress.lower()
+    project = call.path.projectAddress
     bidder = call.query.bidderWalletAddress
-    rows = await bid_drafts.list_bid_drafts(
-        call.pool, principal.user_id, project, bidder.lower() if bidder else None
-    )
-    items = [bid_draft_record(row) for row in rows]
+    rows = await bid_drafts.list_bid_drafts(call.pool, principal.user_id, project, bidder)
+    items = [BidDraftRecord.from_row(row) for row in rows]
     return BidDraftListResponse(
         projectAddress=project, bidderWalletAddress=bidder, items=items, count=len(items)
     )

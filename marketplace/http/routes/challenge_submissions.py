@@ -5,6 +5,7 @@ marketplace.records.challenge_submissions; docs/records.md."""
 from __future__ import annotations
 
 from marketplace.http import keys
+from marketplace.http.paths import ProjectPath
 from marketplace.http.routing import AuthMode, Call, RouteTable
 from marketplace.records import challenge_submissions
 from marketplace.records.errors import (
@@ -19,24 +20,9 @@ from marketplace.records.models import (
     ChallengeSubmissionListResponse,
     ChallengeSubmissionRecord,
     ChallengeSubmissionUpsertRequest,
-    ProjectAddressPath,
 )
-from marketplace.storage.pool import Row
 
 routes = RouteTable(tag="challenge-submissions")
-
-
-def submission_record(row: Row) -> ChallengeSubmissionRecord:
-    return ChallengeSubmissionRecord(
-        id=row["submission_id"],
-        projectAddress=row["project_address"],
-        submitterAddress=row["submitter_address"],
-        submissionHash=row["submission_hash"],
-        artifactUri=row["artifact_uri"],
-        notes=row["notes"],
-        createdAt=row["created_at"],
-        updatedAt=row["updated_at"],
-    )
 
 
 @routes.post(
@@ -45,13 +31,13 @@ def submission_record(row: Row) -> ChallengeSubmissionRecord:
     summary="Register or update the artifact of an on-chain challenge submission",
     auth=AuthMode.EITHER,
     response=ChallengeSubmissionRecord,
-    path_params=ProjectAddressPath,
+    path_params=ProjectPath,
     body=ChallengeSubmissionUpsertRequest,
     guarded=True,
     errors=(WalletNotLinked, ProjectNotFound, ProjectModeMismatch, SubmissionHashMismatch),
 )
 async def upsert_challenge_submission(
-    call: Call[ChallengeSubmissionUpsertRequest, None, ProjectAddressPath],
+    call: Call[ChallengeSubmissionUpsertRequest, None, ProjectPath],
 ) -> ChallengeSubmissionRecord:
     """Upsert keyed by (project, submitter wallet); always 200 with the stored record.
     `submitterAddress` must be an active wallet link of the caller (403 `wallet_not_linked`);
@@ -61,19 +47,18 @@ async def upsert_challenge_submission(
     `submission_hash_mismatch`; 503 when the chain does not answer). With an unchanged hash only
     `artifactUri` and `notes` change, and an omitted one is cleared."""
     principal = call.require_principal()
-    project = call.path.projectAddress.lower()
+    project = call.path.projectAddress
     body = call.body
-    payload = {
-        "userId": str(principal.user_id),
-        "submitterAddress": body.submitterAddress.lower(),
-        "submissionHash": body.submissionHash,
-        "artifactUri": body.artifactUri,
-        "notes": body.notes,
-    }
-    row = await call.app[keys.PROJECT_SHARDS].mutate(
-        project, challenge_submissions.upsert_challenge_submission, payload
+    command = challenge_submissions.UpsertChallengeSubmission(
+        project_address=project,
+        user_id=principal.user_id,
+        submitter_address=body.submitterAddress,
+        submission_hash=body.submissionHash,
+        artifact_uri=body.artifactUri,
+        notes=body.notes,
     )
-    return submission_record(row)
+    row = await call.app[keys.PROJECT_SHARDS].run(command)
+    return ChallengeSubmissionRecord.from_row(row)
 
 
 @routes.get(
@@ -82,24 +67,24 @@ async def upsert_challenge_submission(
     summary="List challenge-submission registrations visible to the caller",
     auth=AuthMode.EITHER,
     response=ChallengeSubmissionListResponse,
-    path_params=ProjectAddressPath,
+    path_params=ProjectPath,
     query=ChallengeSubmissionListQuery,
     errors=(ProjectNotFound, ProjectModeMismatch, NotChallengeParticipant),
 )
 async def list_challenge_submissions(
-    call: Call[None, ChallengeSubmissionListQuery, ProjectAddressPath],
+    call: Call[None, ChallengeSubmissionListQuery, ProjectPath],
 ) -> ChallengeSubmissionListResponse:
     """The owner (active link to the owner wallet) sees every registration; a submitter sees
     only the registrations of their own linked wallets, so competing artifacts stay private;
     anyone else is refused (403 `not_challenge_participant`). `onchainSubmissionCount` is the
     indexed on-chain count (public on the project read model anyway). Oldest first."""
     principal = call.require_principal()
-    project = call.path.projectAddress.lower()
+    project = call.path.projectAddress
     submitter = call.query.submitterAddress
     count, rows = await challenge_submissions.list_challenge_submissions(
-        call.pool, principal.user_id, project, submitter.lower() if submitter else None
+        call.pool, principal.user_id, project, submitter
     )
-    items = [submission_record(row) for row in rows]
+    items = [ChallengeSubmissionRecord.from_row(row) for row in rows]
     return ChallengeSubmissionListResponse(
         projectAddress=project,
         submitterAddress=submitter,

@@ -4,9 +4,8 @@ marketplace.records.dispute_evidence; docs/records.md."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from marketplace.http import keys
+from marketplace.http.paths import ProjectPath
 from marketplace.http.routing import AuthMode, Call, Reply, RouteTable
 from marketplace.records import dispute_evidence
 from marketplace.records.errors import (
@@ -24,25 +23,9 @@ from marketplace.records.models import (
     DisputeEvidenceRecord,
     DisputeEvidenceRequest,
     DisputeEvidenceSubmitRequest,
-    ProjectAddressPath,
-    SubmitterRole,
 )
-from marketplace.storage.pool import Row
 
 routes = RouteTable(tag="dispute-evidence")
-
-
-def evidence_record(row: Row) -> DisputeEvidenceRecord:
-    return DisputeEvidenceRecord(
-        id=row["evidence_id"],
-        projectAddress=row["project_address"],
-        milestoneIndex=row["milestone_index"],
-        submitterAddress=row["submitter_address"],
-        submitterRole=SubmitterRole(row["submitter_role"]),
-        evidenceHash=row["evidence_hash"],
-        evidencePayload=row["evidence_payload"],
-        createdAt=row["created_at"],
-    )
 
 
 @routes.post(
@@ -51,7 +34,7 @@ def evidence_record(row: Row) -> DisputeEvidenceRecord:
     summary="Submit the caller's evidence for the project's active dispute",
     auth=AuthMode.EITHER,
     response=DisputeEvidenceRecord,
-    path_params=ProjectAddressPath,
+    path_params=ProjectPath,
     body=DisputeEvidenceRequest,
     guarded=True,
     status=201,
@@ -66,7 +49,7 @@ def evidence_record(row: Row) -> DisputeEvidenceRecord:
     ),
 )
 async def submit_dispute_evidence(
-    call: Call[DisputeEvidenceRequest, None, ProjectAddressPath],
+    call: Call[DisputeEvidenceRequest, None, ProjectPath],
 ) -> Reply:
     """Two body shapes: `{milestoneIndex, submitterAddress, evidenceHash, evidencePayload?}`
     or `{evidenceHash, payload?}` (milestone: the active dispute's; submitter: the caller's
@@ -78,19 +61,26 @@ async def submit_dispute_evidence(
     (409 `dispute_evidence_already_submitted`). An all-zero `evidenceHash` and a payload whose
     compact UTF-8 JSON exceeds 64000 bytes are 400 `invalid_request`. 201 with the record."""
     principal = call.require_principal()
-    project = call.path.projectAddress.lower()
+    project = call.path.projectAddress
     body = call.body.root
-    payload: dict[str, Any] = {"userId": str(principal.user_id), "evidenceHash": body.evidenceHash}
     if isinstance(body, DisputeEvidenceSubmitRequest):
-        payload["milestoneIndex"] = body.milestoneIndex
-        payload["submitterAddress"] = body.submitterAddress.lower()
-        payload["evidencePayload"] = body.evidencePayload
+        command = dispute_evidence.SubmitDisputeEvidence(
+            project_address=project,
+            user_id=principal.user_id,
+            evidence_hash=body.evidenceHash,
+            evidence_payload=body.evidencePayload,
+            milestone_index=body.milestoneIndex,
+            submitter_address=body.submitterAddress,
+        )
     else:
-        payload["evidencePayload"] = body.payload
-    row = await call.app[keys.PROJECT_SHARDS].mutate(
-        project, dispute_evidence.submit_dispute_evidence, payload
-    )
-    return Reply(evidence_record(row), status=201)
+        command = dispute_evidence.SubmitDisputeEvidence(
+            project_address=project,
+            user_id=principal.user_id,
+            evidence_hash=body.evidenceHash,
+            evidence_payload=body.payload,
+        )
+    row = await call.app[keys.PROJECT_SHARDS].run(command)
+    return Reply(DisputeEvidenceRecord.from_row(row), status=201)
 
 
 @routes.get(
@@ -99,23 +89,23 @@ async def submit_dispute_evidence(
     summary="List a project's dispute evidence (owner, selected worker, dispute admins)",
     auth=AuthMode.EITHER,
     response=DisputeEvidenceListResponse,
-    path_params=ProjectAddressPath,
+    path_params=ProjectPath,
     query=DisputeEvidenceListQuery,
     errors=(ProjectNotFound, NotDisputeParty),
 )
 async def list_dispute_evidence(
-    call: Call[None, DisputeEvidenceListQuery, ProjectAddressPath],
+    call: Call[None, DisputeEvidenceListQuery, ProjectPath],
 ) -> DisputeEvidenceListResponse:
     """Visible to callers with an active link to the owner wallet, the selected worker wallet or
     one of the configured `MARKETPLACE_DISPUTE_ADMIN_WALLETS` (else 403 `not_dispute_party`).
     Ordered by milestone, then submission time; `milestoneIndex` narrows it to one milestone."""
     principal = call.require_principal()
-    project = call.path.projectAddress.lower()
+    project = call.path.projectAddress
     milestone = call.query.milestoneIndex
     rows = await dispute_evidence.list_dispute_evidence(
         call.pool, principal.user_id, project, milestone, call.settings.dispute_admin_wallets
     )
-    items = [evidence_record(row) for row in rows]
+    items = [DisputeEvidenceRecord.from_row(row) for row in rows]
     return DisputeEvidenceListResponse(
         projectAddress=project, milestoneIndex=milestone, items=items, count=len(items)
     )

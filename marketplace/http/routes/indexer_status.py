@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from datetime import datetime
+from typing import Self
 
 from aiohttp import web
 from pydantic import Field
@@ -56,6 +57,32 @@ class IndexerStatusResponse(ResponseModel):
     lagAlertSeconds: int
     pollIntervalMs: int
 
+    @classmethod
+    def from_freshness(cls, state: Freshness, settings: Settings) -> Self:
+        """``state.cursor`` is the indexer's cursor row, None before its first start."""
+        cursor = state.cursor
+        lag_seconds = state.lag_seconds
+        return cls(
+            source=state.source,
+            indexedAt=cursor["last_synced_block_time"] if cursor else None,
+            stale=state.stale,
+            freshnessTargetMs=settings.indexer_lag_alert_seconds * 1000,
+            lastSuccessfulSyncAt=cursor["last_successful_sync_at"] if cursor else None,
+            staleReason=state.reason,
+            failingSince=state.failing_since,
+            chainId=cursor["chain_id"] if cursor else settings.chain_id,
+            registryAddress=cursor["registry_address"] if cursor else None,
+            startBlock=cursor["start_block"] if cursor else None,
+            lastSyncedBlock=cursor["last_synced_block"] if cursor else None,
+            headBlock=cursor["head_block"] if cursor else None,
+            lagBlocks=state.lag_blocks,
+            lagSeconds=None
+            if lag_seconds is None or lag_seconds == float("inf")
+            else round(lag_seconds, 3),
+            lagAlertSeconds=settings.indexer_lag_alert_seconds,
+            pollIntervalMs=settings.indexer_poll_interval_ms,
+        )
+
 
 def chain_configured(settings: Settings) -> bool:
     return bool(settings.indexer_enabled and settings.chain_rpc_url and settings.registry_address)
@@ -85,30 +112,8 @@ async def get_indexer_status(call: Call[None, None, None]) -> IndexerStatusRespo
     poll interval), when no successful sync happened within the lag alert threshold (a stopped
     indexer is stale too), or when the read model lags the chain by more than it; `staleReason`
     says which. Nothing here names a host or URL."""
-    settings = call.settings
     state = await current_freshness(call.app)
-    cursor = state.cursor
-    lag_seconds = state.lag_seconds
-    return IndexerStatusResponse(
-        source=state.source,
-        indexedAt=cursor["last_synced_block_time"] if cursor else None,
-        stale=state.stale,
-        freshnessTargetMs=settings.indexer_lag_alert_seconds * 1000,
-        lastSuccessfulSyncAt=cursor["last_successful_sync_at"] if cursor else None,
-        staleReason=state.reason,
-        failingSince=state.failing_since,
-        chainId=cursor["chain_id"] if cursor else settings.chain_id,
-        registryAddress=cursor["registry_address"] if cursor else None,
-        startBlock=cursor["start_block"] if cursor else None,
-        lastSyncedBlock=cursor["last_synced_block"] if cursor else None,
-        headBlock=cursor["head_block"] if cursor else None,
-        lagBlocks=state.lag_blocks,
-        lagSeconds=None
-        if lag_seconds is None or lag_seconds == float("inf")
-        else round(lag_seconds, 3),
-        lagAlertSeconds=settings.indexer_lag_alert_seconds,
-        pollIntervalMs=settings.indexer_poll_interval_ms,
-    )
+    return IndexerStatusResponse.from_freshness(state, call.settings)
 
 
 def setup(app: web.Application) -> None:

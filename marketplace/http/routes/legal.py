@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncpg
 from aiohttp import web
 
 from marketplace.http import keys
 from marketplace.http.routing import AuthMode, Call, Reply, RouteTable
 from marketplace.identity import legal
 from marketplace.identity.models import (
-    AcceptanceKind,
     LegalAcceptanceRecord,
     LegalAcceptancesResponse,
     LegalAcceptRequest,
@@ -31,17 +29,6 @@ PUBLIC_CACHE_CONTROL = "public, max-age=3600"
 
 def _refs(pairs: list[tuple[str, str]] | tuple[tuple[str, str], ...]) -> list[LegalDocumentRef]:
     return [LegalDocumentRef(documentType=LegalDocumentType(t), version=v) for t, v in pairs]
-
-
-def _acceptance(row: asyncpg.Record) -> LegalAcceptanceRecord:
-    return LegalAcceptanceRecord(
-        documentType=LegalDocumentType(row["document_type"]),
-        version=row["version"],
-        kind=AcceptanceKind(row["kind"]),
-        acceptedAt=row["accepted_at"],
-        acceptedVia=row["accepted_via"],
-        triggerRoute=row["trigger_route"],
-    )
 
 
 @routes.get(
@@ -119,7 +106,7 @@ async def list_acceptances(call: Call[None, None, None]) -> LegalAcceptancesResp
     principal = call.require_principal()
     catalog = call.app[LEGAL_CATALOG]
     rows = await repo.list_for_user(call.pool, principal.user_id)
-    items = [_acceptance(row) for row in rows]
+    items = [LegalAcceptanceRecord.from_row(row) for row in rows]
     return LegalAcceptancesResponse(
         userId=principal.user_id,
         acceptanceMode=call.settings.legal_acceptance_mode,
@@ -151,7 +138,7 @@ async def accept_document(call: Call[LegalAcceptRequest, None, None]) -> LegalAc
     return LegalAcceptResponse(
         userId=principal.user_id,
         acceptanceMode=call.settings.legal_acceptance_mode,
-        acceptance=_acceptance(row),
+        acceptance=LegalAcceptanceRecord.from_row(row),
         requiredVersions=_refs(catalog.required),
         missing=_refs(legal.missing_of(catalog, rows)),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import ConfigDict, Discriminator, Field, RootModel, Tag
 
@@ -15,26 +15,30 @@ from marketplace.chain.hashes import metadata_hash as metadata_hash_of
 from marketplace.errors import Forbidden, InvalidRequest, NotFound
 from marketplace.http import keys
 from marketplace.http.openapi import documented
+from marketplace.http.paths import IntentPath, ProjectPath
 from marketplace.http.routing import AuthMode, Call, RouteTable
 from marketplace.projects.claims import (
     INTENT_VERSION,
+    UNCHANGED,
+    ClaimIntent,
+    ClaimMetadata,
+    ClaimProject,
     IntentNotFound,
     MetadataLocked,
+    PatchMetadata,
     ProjectClaimConflict,
     ProjectNotClaimed,
     cancel_intent,
-    claim_project,
     create_intent,
-    patch_metadata,
 )
-from marketplace.projects.models import ProjectPath, ProjectReadModel
+from marketplace.projects.models import ProjectReadModel
 from marketplace.projects.read_models import project_for_viewer
 from marketplace.records.errors import ProjectNotFound
+from marketplace.storage.pool import Row
 from marketplace.types import (
     Address,
     Bytes32,
     HttpsOrIpfsUri,
-    QueryModel,
     RequestModel,
     ResponseModel,
 )
@@ -53,6 +57,15 @@ class ProjectCreateIntentResponse(ResponseModel):
     intentNonce: Bytes32
     expiresAt: datetime
     version: Literal["project_create_intent_v1"]
+
+    @classmethod
+    def from_row(cls, row: Row) -> Self:
+        return cls(
+            intentId=row["intent_id"],
+            intentNonce=row["intent_nonce"],
+            expiresAt=row["expires_at"],
+            version=INTENT_VERSION,
+        )
 
 
 IMAGE_URL_DESCRIPTION = (
@@ -200,16 +213,16 @@ class MetadataPatchRequest(RequestModel):
     )
 
 
-class IntentPath(QueryModel):
-    intentId: uuid.UUID
-
-
 class ProjectCreateIntentCancelResponse(ResponseModel):
     """The withdrawn intent: a claim naming it now answers `project_create_intent_not_pending`."""
 
     intentId: uuid.UUID
     status: Literal["cancelled"]
     cancelledAt: datetime
+
+    @classmethod
+    def from_row(cls, row: Row) -> Self:
+        return cls(intentId=row["intent_id"], status="cancelled", cancelledAt=row["cancelled_at"])
 
 
 @routes.post(
@@ -240,12 +253,7 @@ async def post_create_intent(
     row = await create_intent(
         call.pool, principal.user_id, call.settings.project_create_intent_ttl_seconds
     )
-    return ProjectCreateIntentResponse(
-        intentId=row["intent_id"],
-        intentNonce=row["intent_nonce"],
-        expiresAt=row["expires_at"],
-        version=INTENT_VERSION,
-    )
+    return ProjectCreateIntentResponse.from_row(row)
 
 
 @routes.delete(
@@ -268,9 +276,7 @@ async def delete_create_intent(
     `project_create_intent_not_found`."""
     principal = call.require_principal()
     row = await cancel_intent(call.pool, principal.user_id, call.path.intentId)
-    return ProjectCreateIntentCancelResponse(
-        intentId=row["intent_id"], status="cancelled", cancelledAt=row["cancelled_at"]
-    )
+    return ProjectCreateIntentCancelResponse.from_row(row)
 
 
 async def _project_view(
@@ -398,11 +404,35 @@ async def post_claim(call: Call[ProjectClaimRequest, None, ProjectPath]) -> Proj
                 }
             ],
         )
-    address = call.path.projectAddress.lower()
-    payload = claim.model_dump(mode="json")
-    payload["userId"] = str(principal.user_id)
-    result = await call.app[keys.PROJECT_SHARDS].mutate(address, claim_project, payload)
-    return ProjectClaimResponse(**result, project=await _project_view(call, address))
+    address = call.path.projectAddress
+    meta = claim.metadata
+    command = ClaimProject(
+        project_address=address,
+        user_id=principal.user_id,
+        hash_version=claim.hashVersion,
+        tx_hash=claim.txHash,
+        metadata=ClaimMetadata(
+            title=meta.title,
+            description=meta.description,
+            repo_url=meta.repoUrl,
+            image_url=meta.imageUrl,
+            project_mode=meta.projectMode,
+            bidding_access=meta.biddingAccess,
+        ),
+        intent=(
+            ClaimIntent(claim.intentId, claim.intentNonce)
+            if isinstance(claim, IntentClaimRequest)
+            else None
+        ),
+    )
+    outcome = await call.app[keys.PROJECT_SHARDS].run(command)
+    return ProjectClaimResponse(
+        status=outcome.status,
+        metadataStatus=outcome.metadata_status,
+        projectAddress=outcome.project_address,
+        ownerWalletAddress=outcome.owner_wallet_address,
+        project=await _project_view(call, address),
+    )
 
 
 @routes.patch(
@@ -431,13 +461,18 @@ async def patch_project_metadata(
     call: Call[MetadataPatchRequest, None, ProjectPath],
 ) -> ProjectReadModel:
     principal = call.require_principal()
-    address = call.path.projectAddress.lower()
+    address = call.path.projectAddress
+    body = call.body
     # Only the fields the client sent: an omitted one stays as it is.
-    payload = {
-        **call.body.model_dump(mode="json", include=call.body.model_fields_set | {"title"}),
-        "userId": str(principal.user_id),
-    }
-    await call.app[keys.PROJECT_SHARDS].mutate(address, patch_metadata, payload)
+    sent = body.model_fields_set
+    command = PatchMetadata(
+        project_address=address,
+        user_id=principal.user_id,
+        title=body.title,
+        description=body.description if "description" in sent else UNCHANGED,
+        image_url=body.imageUrl if "imageUrl" in sent else UNCHANGED,
+    )
+    await call.app[keys.PROJECT_SHARDS].run(command)
     project = await _project_view(call, address)
     if project is None:
         raise NotFound("project not found")

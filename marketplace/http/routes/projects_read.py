@@ -1,9 +1,9 @@
 """Project read endpoints (spec section 4, "Projects (read)"): list, detail and milestones.
 
 Reads go straight to PostgreSQL (no Ray hop); each request is one SQL statement, which also
-decides visibility (invite-only projects only for their owner's and allowlisted agents' active
-wallet links; spec section 1.1 and section 5 rule 10). Viewer auth is optional: anonymous callers
-see open projects only.
+decides visibility (invite-only projects only for active wallet links to their owner wallet, their
+selected worker's wallet or an allowlisted wallet; spec section 1.1 and section 5 rule 10).
+Viewer auth is optional: anonymous callers see open projects only.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from __future__ import annotations
 import time
 
 from marketplace.errors import NotFound
+from marketplace.http.paths import ProjectPath
 from marketplace.http.routing import AuthMode, Call, RouteTable
 from marketplace.pagination import keyset_page
 from marketplace.projects.models import (
     MilestoneListResponse,
     ProjectListQuery,
     ProjectListResponse,
-    ProjectPath,
     ProjectReadModel,
 )
 from marketplace.projects.read_models import (
@@ -47,7 +47,8 @@ NOT_VISIBLE = "project not found"
         "across all pages. `status` filters the stored status; `effectiveStatus` (an extension) "
         "filters the status derived at request time. `limit` defaults to 20, at most 100. "
         "Invite-only projects are listed (and counted) only for callers with an active wallet "
-        "link to the owner wallet or to an allowlisted wallet."
+        "link to the owner wallet, to the selected worker's wallet (also after it was removed "
+        "from the allowlist) or to an allowlisted wallet."
     ),
 )
 async def list_projects(call: Call[None, ProjectListQuery, None]) -> ProjectListResponse:
@@ -60,7 +61,7 @@ async def list_projects(call: Call[None, ProjectListQuery, None]) -> ProjectList
     now = int(time.time())
     viewer = call.principal.user_id if call.principal is not None else None
     filters = projects_repo.ListFilters(
-        owner_address=query.ownerAddress.lower() if query.ownerAddress else None,
+        owner_address=query.ownerAddress,
         status=query.status,
         effective_status=query.effectiveStatus,
         now=now,
@@ -81,7 +82,7 @@ async def list_projects(call: Call[None, ProjectListQuery, None]) -> ProjectList
 
 async def _visible_project(call: Call[None, None, ProjectPath]) -> ProjectReadModel:
     viewer = call.principal.user_id if call.principal is not None else None
-    project = await project_for_viewer(call.pool, viewer, call.path.projectAddress.lower())
+    project = await project_for_viewer(call.pool, viewer, call.path.projectAddress)
     if project is None:
         raise NotFound(NOT_VISIBLE)
     return project
@@ -99,7 +100,8 @@ async def _visible_project(call: Call[None, None, ProjectPath]) -> ProjectReadMo
     description=(
         "The project read model, including `challengeSubmissionCount` for challenge mode. "
         "`viewerCanEditMetadata` is present only when viewer auth is given. An invite-only "
-        "project the caller may not see answers 404 like an unknown one."
+        "project is visible to active wallet links to its owner wallet, its selected worker's "
+        "wallet or an allowlisted wallet; to anyone else it answers 404 like an unknown one."
     ),
 )
 async def get_project(call: Call[None, None, ProjectPath]) -> ProjectReadModel:
@@ -115,7 +117,10 @@ async def get_project(call: Call[None, None, ProjectPath]) -> ProjectReadModel:
     response=MilestoneListResponse,
     errors=(NotFound,),
     exclude_none=True,
-    description="Milestones by index. Same visibility as the project read (404 when hidden).",
+    description=(
+        "Milestones by index. Same visibility as the project read (invite-only: owner, selected "
+        "worker and allowlisted wallets; 404 when hidden)."
+    ),
 )
 async def list_milestones(call: Call[None, None, ProjectPath]) -> MilestoneListResponse:
     project = await _visible_project(call)

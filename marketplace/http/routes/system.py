@@ -28,7 +28,7 @@ from marketplace.errors import Forbidden, MarketplaceError, NotFound, ServiceUna
 from marketplace.http import keys
 from marketplace.http.openapi import build_openapi, error_code_table, implementation_status
 from marketplace.http.routes.indexer_status import chain_configured, current_freshness
-from marketplace.http.routing import AuthMode, Call, Route, RouteTable
+from marketplace.http.routing import ROUTES, AuthMode, Call, Route, RouteTable
 from marketplace.indexer.health import StaleReason
 from marketplace.metrics import DB_POOL_IDLE, DB_POOL_MAX, DB_POOL_SIZE
 from marketplace.storage.pool import ServerState, observe_server, probe_server
@@ -265,7 +265,7 @@ def setup(app: web.Application) -> None:
 
 async def openapi_document(app: web.Application) -> AsyncIterator[None]:
     """Built once at start-up, from the routes the app really registered."""
-    routes = app[keys.ROUTES]
+    routes = app[ROUTES]
     app[_OPENAPI_DOCUMENT] = build_openapi(
         routes, title=API_TITLE, description=api_description(routes)
     )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncpg
-
 from marketplace.errors import Forbidden
 from marketplace.http.routing import AuthMode, Call, RouteTable
 from marketplace.identity import usernames
@@ -23,16 +21,6 @@ from marketplace.storage.repositories import usernames as repo
 routes = RouteTable(tag="usernames")
 
 
-def _record(row: asyncpg.Record) -> UsernameRecord:
-    return UsernameRecord(
-        userId=row["user_id"],
-        username=row["username"],
-        usernameLower=row["username_lower"],
-        createdAt=row["created_at"],
-        updatedAt=row["updated_at"],
-    )
-
-
 @routes.get(
     "/v1/username",
     name="getUsername",
@@ -46,16 +34,7 @@ async def get_username(call: Call[None, UsernameQuery, None]) -> UsernameGetResp
     lookup). `userId` defaults to the caller."""
     principal = call.require_principal()
     user_id = call.query.userId or principal.user_id
-    row = await repo.get(call.pool, user_id)
-    if row is None:
-        return UsernameGetResponse(userId=user_id, username=None)
-    return UsernameGetResponse(
-        userId=user_id,
-        username=row["username"],
-        usernameLower=row["username_lower"],
-        createdAt=row["created_at"],
-        updatedAt=row["updated_at"],
-    )
+    return UsernameGetResponse.from_row(user_id, await repo.get(call.pool, user_id))
 
 
 @routes.put(
@@ -71,7 +50,8 @@ async def set_username(call: Call[UsernameSetRequest, None, None]) -> UsernameRe
     """Only for yourself. 409 `username_taken` when another user holds the name (compared
     case-insensitively); changing your own name frees the old one."""
     user_id = ensure_self(call.require_principal(), call.body.userId)
-    return _record(await usernames.set_username(call.pool, user_id, call.body.username))
+    row = await usernames.set_username(call.pool, user_id, call.body.username)
+    return UsernameRecord.from_row(row)
 
 
 @routes.get(
@@ -103,5 +83,5 @@ async def batch_usernames(call: Call[UsernameBatchRequest, None, None]) -> Usern
     """Returns only the users that have a username; more than 200 ids is a 400."""
     call.require_principal()
     rows = await repo.get_many(call.pool, list(dict.fromkeys(call.body.userIds)))
-    items = [_record(row) for row in rows]
+    items = [UsernameRecord.from_row(row) for row in rows]
     return UsernameBatchResponse(items=items, count=len(items))

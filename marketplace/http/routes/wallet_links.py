@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from marketplace.errors import Forbidden
+from marketplace.http.paths import WalletAddressPath
 from marketplace.http.routing import AuthMode, Call, RouteTable
 from marketplace.identity import wallet_links
 from marketplace.identity.access import ensure_self
 from marketplace.identity.models import (
     UserIdQuery,
-    VerificationMethod,
-    WalletAddressPath,
     WalletLinkChallengeRequest,
     WalletLinkChallengeResponse,
     WalletLinkItem,
@@ -36,15 +35,7 @@ async def list_wallet_links(call: Call[None, UserIdQuery, None]) -> WalletLinkLi
     """`userId` defaults to the caller; naming another user is refused (403)."""
     user_id = ensure_self(call.require_principal(), call.query.userId)
     rows = await repo.list_active_links(call.pool, user_id)
-    items = [
-        WalletLinkItem(
-            walletAddress=row["wallet_address"],
-            chainId=row["chain_id"],
-            verifiedAt=row["verified_at"],
-            verificationMethod=VerificationMethod(row["verification_method"]),
-        )
-        for row in rows
-    ]
+    items = [WalletLinkItem.from_row(row) for row in rows]
     return WalletLinkListResponse(userId=user_id, items=items, count=len(items))
 
 
@@ -136,6 +127,4 @@ async def revoke_wallet_link(
     """Soft revoke: the link is kept with `revokedAt` and no longer authorizes anything."""
     user_id = ensure_self(call.require_principal(), call.query.userId)
     row = await wallet_links.revoke(call.pool, user_id=user_id, wallet=call.path.walletAddress)
-    return WalletLinkRevokeResponse(
-        walletAddress=row["wallet_address"], revokedAt=row["revoked_at"]
-    )
+    return WalletLinkRevokeResponse.from_row(row)

@@ -10,8 +10,8 @@ from typing import Any
 
 import asyncpg
 
-from marketplace.indexer.snapshot import MilestoneRow, ProjectCreation, ProjectRow
 from marketplace.storage.pool import Conn, Connection
+from marketplace.storage.read_model_rows import MilestoneRow, ProjectCreation, ProjectRow
 
 SELECT_CURSOR = """
 SELECT chain_id, registry_address, start_block, last_synced_block, head_block,

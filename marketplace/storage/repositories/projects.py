@@ -4,10 +4,12 @@ The tables are filled by the chain indexer (``repositories/indexer.py``); this m
 
 Visibility (spec section 1.1, section 5 rule 10) is decided inside each statement, so a page, its
 count and a detail read always agree: an open project is visible to everyone; an invite-only one
-only to a caller with an ACTIVE wallet link (``revoked_at IS NULL``) to its owner wallet or to a
-wallet on its on-chain ``allowlist``. The caller's active wallets are computed once per statement
-by the ``viewer`` CTE; anonymous callers get statements without it (only ``bidding_access =
-'open'``).
+only to a caller with an ACTIVE wallet link (``revoked_at IS NULL``) to its owner wallet, to its
+selected worker's wallet or to a wallet on its on-chain ``allowlist``. The caller's active wallets
+are computed once per statement by the ``viewer`` CTE; anonymous callers get statements without
+it (only ``bidding_access = 'open'``). The off-chain records (``marketplace/records``) check
+visibility with the same predicate (``SELECT_VISIBLE_PROJECT_PARTIES``), so the two cannot
+disagree about who sees a project.
 
 Listing order is (created_block DESC, created_log_index DESC), the unique index
 ``projects_listing_order`` (``projects_open_order``, migration 0005, for open projects); pages
@@ -27,6 +29,7 @@ never pick the wrong index. ``bench/read_throughput.py --explain`` prints every 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 
@@ -86,15 +89,20 @@ viewer AS (
     SELECT coalesce(array_agg(w.wallet_address), '{}'::text[]) AS wallets
     FROM wallet_links w WHERE w.user_id = $1::uuid AND w.revoked_at IS NULL
 )"""
-VISIBLE_TO_VIEWER = (
-    "(p.bidding_access = 'open' OR p.owner_address = any(v.wallets) OR p.allowlist && v.wallets)"
+# The one visibility rule: who sees an invite-only project (everyone sees open ones), given the
+# caller's active wallets `v.wallets`. The selected worker stays an insider after being removed
+# from the allowlist: it was allowlisted to bid and is paid for the work, so the project must not
+# vanish from under it. Each disjunct has an index (projects_owner_order,
+# projects_selected_builder, projects_allowlist), so the invite-only count is a BitmapOr, never a
+# table scan.
+INSIDER = (
+    "(p.owner_address = any(v.wallets) OR p.selected_builder_address = any(v.wallets)"
+    " OR p.allowlist && v.wallets)"
 )
+VISIBLE_TO_VIEWER = f"(p.bidding_access = 'open' OR {INSIDER})"
 VISIBLE_TO_ANONYMOUS = "p.bidding_access = 'open'"
 OPEN = VISIBLE_TO_ANONYMOUS
-INVITED_VIEWER = (
-    "p.bidding_access = 'invite_only'"
-    " AND (p.owner_address = any(v.wallets) OR p.allowlist && v.wallets)"
-)
+INVITED_VIEWER = f"p.bidding_access = 'invite_only' AND {INSIDER}"
 
 # The effective status (docs/read-models.md) as SQL, for the `effectiveStatus` list filter; it
 # mirrors marketplace.projects.read_models.effective_status, and a test checks both agree on
@@ -165,8 +173,9 @@ def list_statement(*, viewer: bool, owner: bool, status: bool, effective: bool, 
         page_where += f"\n      AND (p.created_block, p.created_log_index) < ({block}, {log_index})"
     limit = params.next("integer")
     # The count in two parts: open projects (projects_open_order, index-only), plus for a
-    # signed-in viewer the invite-only ones it may see (found through its wallets: the owner
-    # index and the allowlist GIN index), so that no count scans the whole table.
+    # signed-in viewer the invite-only ones it may see (found through its wallets: the owner and
+    # selected-worker indexes and the allowlist GIN index), so that no count scans the whole
+    # table.
     open_where = "\n      AND ".join([OPEN, *filters])
     total = f"(SELECT count(*) FROM projects p\n     WHERE {open_where})"
     if viewer:
@@ -201,6 +210,19 @@ SELECT {PROJECT_COLUMNS.strip()},
     NULL::boolean AS viewer_is_owner
 FROM projects p{METADATA_JOIN}
 WHERE p.project_address = $1::text AND {VISIBLE_TO_ANONYMOUS}
+"""
+
+# The project facts the off-chain records' rules need (marketplace/records/access.py), returned
+# only when the caller may see the project, by the same predicate as the reads above. $1: the
+# lower-case project address; $2: the caller's active wallets (a records operation reads them
+# once and checks everything against that one set); $3: wallets whose holders see the project
+# whatever its access (the dispute admins, when they read dispute evidence).
+SELECT_VISIBLE_PROJECT_PARTIES = f"""
+SELECT p.project_address, p.owner_address, p.status, p.project_mode, p.bidding_access,
+       p.selected_builder_address, p.allowlist, p.challenge_submission_count,
+       p.dispute_phase, p.dispute_milestone_index, p.dispute_opened_at
+FROM projects p CROSS JOIN (SELECT $2::text[] AS wallets) v
+WHERE p.project_address = $1::text AND ({VISIBLE_TO_VIEWER} OR v.wallets && $3::text[])
 """
 
 
@@ -272,3 +294,21 @@ async def get_project(
     see it (the two are deliberately indistinguishable)."""
     sql, args = detail_arguments(viewer, project_address)
     return await conn.fetchrow(sql, *args)
+
+
+async def visible_project_parties(
+    conn: Conn,
+    project_address: str,
+    wallets: Iterable[str],
+    *,
+    also_visible_to: Iterable[str] = (),
+) -> asyncpg.Record | None:
+    """The project's parties and state for the records' rules, or None when it is not indexed or
+    hidden from a holder of ``wallets`` (lower-case); holders of ``also_visible_to`` see it too.
+    """
+    return await conn.fetchrow(
+        SELECT_VISIBLE_PROJECT_PARTIES,
+        project_address.lower(),
+        sorted(wallets),
+        sorted(also_visible_to),
+    )

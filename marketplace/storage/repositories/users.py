@@ -1,22 +1,50 @@
-"""Users: created by their first authenticated request."""
+"""Users: one row per user id, written by the batched session recorder and by operators."""
 
 from __future__ import annotations
 
 import uuid
-from collections import OrderedDict
+from collections.abc import Sequence
+from typing import TypeAlias
 
 import asyncpg
 
-from marketplace.storage.pool import Connection, fetch_one
+from marketplace.storage.pool import Conn, Connection, fetch_one
 
-UPSERT_SESSION_USER = """
-INSERT INTO users (user_id, email_verified, session_iat) VALUES ($1, $2, $3)
+# (user_id, email_verified, email, session_iat): what one verified session token says.
+SessionRow: TypeAlias = tuple[uuid.UUID, bool, str | None, int]
+
+# One statement per batch (at most one row per user: ON CONFLICT cannot touch a row twice). Only
+# a token at least as new as the stored one changes the row, so frontends may record in any order
+# and an old token seen late never rolls the flags back. An unverified token clears `email` (the
+# address the user proved is no longer vouched for); a verified one without an `email` claim
+# keeps it. Repeating what is stored writes nothing (no new row version for a token seen again).
+RECORD_SESSIONS = """
+WITH s AS (
+    SELECT t.user_id, t.email_verified, CASE WHEN t.email_verified THEN t.email END AS email,
+           t.session_iat
+    FROM unnest($1::uuid[], $2::boolean[], $3::text[], $4::bigint[])
+        AS t(user_id, email_verified, email, session_iat)
+)
+INSERT INTO users AS u (user_id, email_verified, email, session_iat)
+SELECT user_id, email_verified, email, session_iat FROM s
 ON CONFLICT (user_id) DO UPDATE
     SET email_verified = EXCLUDED.email_verified,
+        email = CASE WHEN EXCLUDED.email_verified THEN coalesce(EXCLUDED.email, u.email) END,
         session_iat = EXCLUDED.session_iat,
-        updated_at = CASE WHEN users.email_verified IS DISTINCT FROM EXCLUDED.email_verified
-                          THEN now() ELSE users.updated_at END
-    WHERE users.session_iat IS NULL OR users.session_iat <= EXCLUDED.session_iat
+        updated_at = CASE
+            WHEN (u.email_verified, u.email) IS DISTINCT FROM (
+                EXCLUDED.email_verified,
+                CASE WHEN EXCLUDED.email_verified THEN coalesce(EXCLUDED.email, u.email) END
+            ) THEN now()
+            ELSE u.updated_at
+        END
+    WHERE u.session_iat IS NULL
+       OR u.session_iat < EXCLUDED.session_iat
+       OR (u.session_iat = EXCLUDED.session_iat
+           AND (u.email_verified, u.email) IS DISTINCT FROM (
+               EXCLUDED.email_verified,
+               CASE WHEN EXCLUDED.email_verified THEN coalesce(EXCLUDED.email, u.email) END
+           ))
 """
 SELECT_USER_FLAGS = """
 SELECT user_id, email_verified, moderation_admin, verifier_admin FROM users WHERE user_id = $1
@@ -31,29 +59,13 @@ ON CONFLICT (user_id) DO UPDATE
 RETURNING user_id, email_verified, moderation_admin, verifier_admin
 """
 
-# The tokens this process already recorded, as (iat, flag) per user: the same token recurs on
-# every request of a session, and recording it once is enough. Keyed by the token's `iat`, not
-# by the flag alone: a newer token is always written (the statement keeps the newest), so no
-# frontend can leave a flag stale that another frontend changed.
-_seen: OrderedDict[uuid.UUID, tuple[int, bool]] = OrderedDict()
-_SEEN_MAX = 50_000
 
-
-async def remember_session(
-    pool: asyncpg.Pool, user_id: uuid.UUID, email_verified: bool, issued_at: int
-) -> None:
-    token = (issued_at, email_verified)
-    if _seen.get(user_id) == token:
-        _seen.move_to_end(user_id)
+async def record_sessions(conn: Conn, rows: Sequence[SessionRow]) -> None:
+    """Upsert the users of a batch of session tokens; user ids must be distinct."""
+    if not rows:
         return
-    await pool.execute(UPSERT_SESSION_USER, user_id, email_verified, issued_at)
-    _seen[user_id] = token
-    if len(_seen) > _SEEN_MAX:
-        _seen.popitem(last=False)
-
-
-def forget_cached_sessions() -> None:
-    _seen.clear()
+    user_ids, verified, emails, issued = zip(*rows, strict=True)
+    await conn.execute(RECORD_SESSIONS, user_ids, verified, emails, issued)
 
 
 async def get_flags(conn: asyncpg.Pool | Connection, user_id: uuid.UUID) -> asyncpg.Record | None:

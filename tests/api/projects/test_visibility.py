@@ -1,6 +1,7 @@
 """Invite-only projects (spec section 1.1, section 5 rule 10): visible to the owner's and to
-allowlisted agents' ACTIVE wallet links only; absent from lists and counts and 404 on reads for
-everyone else. Also viewerCanEditMetadata."""
+allowlisted agents' ACTIVE wallet links (and the selected worker's: tests/api/records/
+test_visibility.py, which also runs the records' check on the same callers); absent from lists
+and counts and 404 on reads for everyone else. Also viewerCanEditMetadata."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from tests.api.records.conftest import (
 )
 
 POSTS = ("bid-drafts", "challenge-submissions", "dispute-evidence")
+ADDRESS_PATTERN = "^0x[0-9a-fA-F]{40}$"  # spec, "Conventions"
 
 
 def path(project: str, record: str) -> str:
@@ -145,6 +146,9 @@ async def test_routes_are_documented(client: Any) -> None:
         if request:
             body = operation["requestBody"]["content"]["application/json"]["schema"]
             assert body["$ref"].endswith(f"/{request}")
+        [param] = operation["parameters"][:1]
+        assert (param["name"], param["in"]) == ("projectAddress", "path")
+        assert param["schema"]["pattern"] == ADDRESS_PATTERN
         described = " ".join(r["description"] for r in operation["responses"].values())
         for code in CODES[(method, record)]:
             assert f"`{code}`" in described, (method, record, code)
@@ -164,8 +168,63 @@ async def test_routes_are_documented(client: Any) -> None:
     assert uri["pattern"].startswith("^(https|ipfs)://")
     assert draft["notes"]["anyOf"][0]["maxLength"] == 4000
     assert draft["draftHash"]["pattern"] == "^0x[0-9a-fA-F]{64}$"
+    assert draft["bidderWalletAddress"]["pattern"] == ADDRESS_PATTERN
     listing = schemas["DisputeEvidenceListResponse"]
     assert set(listing["required"]) == {"projectAddress", "milestoneIndex", "items", "count"}
     roles = schemas["DisputeEvidenceRecord"]["properties"]["submitterRole"]
     role_schema = schemas[roles["$ref"].rsplit("/", 1)[1]] if "$ref" in roles else roles
     assert role_schema["enum"] == ["owner", "worker"]
+
+
+def _upper(address: str) -> str:
+    return "0x" + address[2:].upper()
+
+
+async def test_addresses_are_lower_cased_at_the_edge(client: Any, db: asyncpg.Connection) -> None:
+    """Path, body and query addresses in any case reach the rules and the tables lower-case;
+    a malformed one is 400 `invalid_request` naming where it was."""
+    owner = await linked_party(client)
+    bidder = await linked_party(client)
+    project = await seed_project(db, owner_address=owner.lower)
+
+    resp = await client.post(
+        path(_upper(project), "bid-drafts"),
+        json={"bidderWalletAddress": _upper(bidder.lower), "draftHash": HASH_A},
+        headers=bidder.headers,
+    )
+    assert resp.status == 200, await resp.text()
+    stored = await db.fetch("SELECT project_address, bidder_address FROM bid_drafts")
+    assert [tuple(row) for row in stored] == [(project, bidder.lower)]
+    resp = await client.get(
+        path(_upper(project), "bid-drafts"),
+        params={"bidderWalletAddress": _upper(bidder.lower)},
+        headers=owner.headers,
+    )
+    listing = await resp.json()
+    assert resp.status == 200, listing
+    assert listing["count"] == 1
+    assert listing["bidderWalletAddress"] == bidder.address  # checksummed on the way out
+
+    bad = "0x" + "g" * 40
+    drafts = path(project, "bid-drafts")
+    for location, field, method, url, options in (
+        ("path", "projectAddress", "GET", path(bad, "bid-drafts"), {"headers": owner.headers}),
+        (
+            "body",
+            "bidderWalletAddress",
+            "POST",
+            drafts,
+            {"json": {"bidderWalletAddress": bad, "draftHash": HASH_A}, "headers": bidder.headers},
+        ),
+        (
+            "query",
+            "bidderWalletAddress",
+            "GET",
+            drafts,
+            {"params": {"bidderWalletAddress": bidder.lower[:-1]}, "headers": owner.headers},
+        ),
+    ):
+        resp = await client.request(method, url, **options)
+        assert await error_code(resp, 400) == "invalid_request"
+        details = (await resp.json())["details"]
+        assert [(d["location"], d["field"]) for d in details] == [(location, field)]

@@ -10,10 +10,10 @@ import pytest
 from eth_account import Account
 from eth_account.messages import encode_defunct
 
-from marketplace.chain.anvil import AnvilProcess
-from marketplace.chain.deploy import Deployment
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
+from marketplace.devnet.anvil import AnvilProcess
+from marketplace.devnet.deploy import Deployment
 from marketplace.http.app import create_app
 from marketplace.indexer.engine import IndexerEngine
 from marketplace.storage.pool import create_pool

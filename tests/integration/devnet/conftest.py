@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from marketplace.chain.devnet import start_devnet
-from marketplace.chain.devnet_client.client import DevnetClient
 from marketplace.cli import main
 from marketplace.config import Settings
+from marketplace.devnet.client import DevnetClient
+from marketplace.devnet.node import start_devnet
 
 
 @dataclass

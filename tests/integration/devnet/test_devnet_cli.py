@@ -7,15 +7,15 @@ from pathlib import Path
 from eth_utils import keccak
 
 from marketplace.chain import hashes
-from marketplace.chain.devnet import PersistentAnvil
-from marketplace.chain.devnet_client import (
+from marketplace.chain.enums import (
     BiddingAccess,
     DisputePhase,
     MilestoneStatus,
     ProjectMode,
     ProjectStatus,
 )
-from marketplace.chain.devnet_client.client import USDC, DevnetClient
+from marketplace.devnet.client import USDC, DevnetClient
+from marketplace.devnet.node import PersistentAnvil
 from tests.integration.devnet.conftest import Devnet
 
 

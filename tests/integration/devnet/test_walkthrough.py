@@ -35,9 +35,9 @@ from eth_account.messages import encode_defunct
 
 from marketplace.auth import issue_session_token
 from marketplace.chain import hashes
-from marketplace.chain.deploy import ANVIL_PRIVATE_KEYS, dev_address
-from marketplace.chain.devnet_client.wallet_link import sign_challenge
 from marketplace.cli import main
+from marketplace.devnet.deploy import ANVIL_PRIVATE_KEYS, dev_address
+from marketplace.devnet.wallet_link import sign_challenge
 
 REPO = Path(__file__).resolve().parents[3]
 WALKTHROUGH = REPO / "docs" / "walkthrough.md"

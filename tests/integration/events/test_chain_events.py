@@ -10,9 +10,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from marketplace.chain.anvil import AnvilProcess
-from marketplace.chain.deploy import Deployment
 from marketplace.chain.rpc import JsonRpcClient
+from marketplace.devnet.anvil import AnvilProcess
+from marketplace.devnet.deploy import Deployment
 from marketplace.indexer.engine import IndexerEngine
 from marketplace.storage.pool import fetch_one
 from marketplace.storage.repositories import events as repo

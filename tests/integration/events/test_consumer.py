@@ -202,3 +202,32 @@ async def test_read_since_pages_through_postgres(pool: asyncpg.Pool, stream: Eve
     assert isinstance(page[-1], UnknownEvent)
     only = await stream.read_since(0, types={"future.thing"})
     assert [e.id for e in only] == [unknown]
+
+
+async def test_replay_reads_a_bounded_range_from_the_stream_and_postgres_and_stops(
+    pool: asyncpg.Pool, start_relay: RelayStarter, stream: EventStream, redis: aioredis.Redis
+) -> None:
+    ids = await produce(pool, 6)
+    async with pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        await repo.append(conn, [removal(99)])  # a hole: rolled back after taking an id
+        await tx.rollback()
+    ids += await produce(pool, 6)
+    await start_relay()
+    await wait_relayed(pool, ids[-1])
+    # The stream keeps only the newest 5 entries: the start of the range is in Postgres only.
+    await redis.xtrim(STREAM, maxlen=5, approximate=False)
+    assert (await stream_ids(redis))[0] == ids[-5]
+
+    async def replayed(after: int, through: int, types: set[str] | None = None) -> list[int]:
+        async with contextlib.aclosing(stream.replay(after, through, types)) as events:
+            return [event.id async for event in events]
+
+    assert await replayed(ids[1], ids[-2]) == ids[2:-1]
+    assert await replayed(0, ids[-1]) == ids
+    assert await replayed(ids[-1], ids[-1]) == []
+    assert await replayed(ids[3], ids[-1], {"chain.reorg"}) == []
+    # Just committed (relayed or not yet): read wherever they are; replay never waits for more.
+    later = await produce(pool, 2)
+    assert await asyncio.wait_for(replayed(ids[-3], later[-1]), 5) == [*ids[-2:], *later]

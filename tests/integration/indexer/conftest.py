@@ -8,9 +8,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from marketplace.chain.anvil import AnvilProcess
-from marketplace.chain.deploy import Deployment
 from marketplace.chain.rpc import JsonRpcClient
+from marketplace.devnet.anvil import AnvilProcess
+from marketplace.devnet.deploy import Deployment
 from marketplace.indexer.engine import IndexerConfig, IndexerEngine
 from marketplace.storage.pool import create_pool
 from tests.conftest import Servers, reset_state

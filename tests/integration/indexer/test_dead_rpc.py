@@ -14,8 +14,8 @@ import pytest
 from eth_utils import to_checksum_address
 from web3 import Web3
 
-from marketplace.chain.anvil import AnvilProcess
-from marketplace.chain.deploy import Deployment, deploy_dev_defaults
+from marketplace.devnet.anvil import AnvilProcess
+from marketplace.devnet.deploy import Deployment, deploy_dev_defaults
 from tests.conftest import SCHEDULER_SECRET, Servers, bearer, make_settings
 
 POLL_INTERVAL_MS = 1000

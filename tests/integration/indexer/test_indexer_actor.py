@@ -13,8 +13,8 @@ import ray
 
 from marketplace.actors.indexer import INDEXER_SPEC
 from marketplace.actors.runtime import ActorRuntime
-from marketplace.chain.anvil import AnvilProcess
-from marketplace.chain.deploy import Deployment
+from marketplace.devnet.anvil import AnvilProcess
+from marketplace.devnet.deploy import Deployment
 from tests.conftest import Servers, make_settings
 from tests.contracts.helpers import Chain
 from tests.integration.indexer.test_indexer import assert_matches_chain

@@ -20,10 +20,10 @@ import pytest
 import ray
 from eth_account import Account
 
-from marketplace.chain.anvil import AnvilProcess
-from marketplace.chain.deploy import Deployment
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
+from marketplace.devnet.anvil import AnvilProcess
+from marketplace.devnet.deploy import Deployment
 from marketplace.indexer.engine import IndexerEngine
 from marketplace.storage.pool import create_pool
 from tests.api.identity.conftest import Wallet, link_wallet

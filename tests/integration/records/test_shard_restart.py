@@ -15,7 +15,7 @@ import pytest
 import ray
 from eth_utils import keccak
 
-from marketplace.actors.project_shard import shard_spec
+from marketplace.actors.keyed_shard import shard_spec
 from marketplace.actors.runtime import stable_shard
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.errors import ServiceUnavailable

@@ -15,7 +15,7 @@ from marketplace.capabilities import (
     ordered_guards,
     resolve,
 )
-from marketplace.cli import build_parser
+from marketplace.cli import build_parser, commands, invoked_command
 from marketplace.http.routing import RouteTable
 
 
@@ -33,7 +33,12 @@ def test_every_reference_resolves_to_what_it_claims() -> None:
     for cap in CAPABILITIES:
         for ref in cap.routes:
             assert isinstance(resolve(ref), RouteTable), ref
-        for ref in (*cap.setup, *cap.contexts, *cap.cli, *(g for _, g in cap.guards)):
+        for ref in (
+            *cap.setup,
+            *cap.contexts,
+            *(command.configure for command in cap.cli),
+            *(g for _, g in cap.guards),
+        ):
             assert callable(resolve(ref)), ref
     assert len({cap.name for cap in CAPABILITIES}) == len(CAPABILITIES)
 
@@ -51,9 +56,35 @@ def test_bad_reference_is_refused() -> None:
         resolve("marketplace.capabilities")
 
 
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
 def test_the_cli_offers_the_commands_the_capabilities_declare() -> None:
-    parser = build_parser()
-    subcommands = next(
-        action for action in parser._actions if isinstance(action, argparse._SubParsersAction)
-    )
-    assert {"admin", "devnet"} <= set(subcommands.choices)
+    declared = [command.name for command in commands()]
+    assert len(declared) == len(set(declared)), "a command name is declared twice"
+    assert {"up", "serve", "admin", "devnet"} <= set(declared)
+    # Listed without being configured: `marketplace --help` loads no command's module.
+    assert list(_subcommands(build_parser(configured=()))) == declared
+    # Every declared `configure` adds the arguments and, on each leaf command, what runs it.
+    pending = list(_subcommands(build_parser()).items())
+    leaves = []
+    while pending:
+        name, command_parser = pending.pop()
+        if command_parser._subparsers is None:
+            assert callable(command_parser._defaults.get("func")), name
+            leaves.append(name)
+        else:
+            pending += [(f"{name} {n}", p) for n, p in _subcommands(command_parser).items()]
+    assert {"serve", "admin show", "devnet info", "devnet allowlist add"} <= set(leaves)
+
+
+def test_only_the_invoked_command_is_configured() -> None:
+    assert invoked_command(["admin", "show", "--user-id", "x"]) == "admin"
+    subcommands = _subcommands(build_parser(configured=("admin",)))
+    assert subcommands["admin"]._subparsers is not None
+    assert subcommands["devnet"]._subparsers is None
+    assert "func" not in subcommands["serve"]._defaults
+    assert invoked_command(["--help"]) is None
+    assert invoked_command(["-h", "devnet", "info"]) == "devnet"

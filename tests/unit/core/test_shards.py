@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import ast
 import asyncio
-from pathlib import Path
 
 from marketplace.shards import KeyedLocks
-
-PACKAGE = Path(__file__).resolve().parents[3] / "marketplace"
 
 
 async def test_one_key_is_serialised_and_other_keys_are_not_blocked() -> None:
@@ -47,22 +43,3 @@ async def test_idle_keys_are_forgotten() -> None:
 
     await asyncio.gather(*(use("same") for _ in range(5)), use("other"))
     assert len(locks) == 0
-
-
-def test_domain_packages_import_neither_http_nor_actors() -> None:
-    # The request flows one way: handler -> domain -> repository. Domain code that imported the
-    # web layer or the Ray actors could not be tested or reused without them.
-    offenders = []
-    for package in ("identity", "projects", "records", "events", "jobs", "legal"):
-        for path in (PACKAGE / package).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if isinstance(node, ast.ImportFrom) and node.module:
-                    names = [node.module]
-                elif isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                else:
-                    continue
-                for name in names:
-                    if name.startswith(("marketplace.http", "marketplace.actors")):
-                        offenders.append(f"{path.relative_to(PACKAGE)}: {name}")
-    assert offenders == []

@@ -29,7 +29,7 @@ from marketplace.indexer.changes import (
     reorg_events,
     snapshot_events,
 )
-from marketplace.indexer.snapshot import MilestoneRow, ProjectCreation, ProjectRow
+from marketplace.storage.read_model_rows import MilestoneRow, ProjectCreation, ProjectRow
 
 ADDRESS = "0x" + "ab" * 20
 OWNER = "0x" + "01" * 20

@@ -10,6 +10,7 @@ import pytest
 from marketplace.auth import Principal, PrincipalKind
 from marketplace.errors import Forbidden, InvalidRequest
 from marketplace.identity import api_keys
+from marketplace.identity.session_recorder import SessionRecorder
 
 
 def test_generated_keys_are_well_formed_and_distinct() -> None:
@@ -64,7 +65,8 @@ async def test_resolver_rejects_malformed_keys_without_the_database() -> None:
     def no_pool() -> object:
         raise AssertionError("the database must not be consulted")
 
-    resolver = api_keys.DatabaseApiKeyResolver(no_pool)  # type: ignore[arg-type]
+    sessions = SessionRecorder(no_pool, interval_ms=1000, max_rows=10)  # type: ignore[arg-type]
+    resolver = api_keys.DatabaseApiKeyResolver(no_pool, sessions)  # type: ignore[arg-type]
     assert await resolver.resolve("mkt_live_garbage") is None
     key = api_keys.generate_key("mkt_live_")
     assert await resolver.resolve(key[:-1] + ("0" if key[-1] != "0" else "1")) is None

@@ -1,0 +1,129 @@
+"""The live event stream, ``GET /v1/stream`` (docs/stream.md): Server-Sent Events carrying the
+change events the caller may see. The work is in marketplace.stream; this module is the HTTP
+side: the resume position, the response head, and the connection hooks the hub needs."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from marketplace.errors import InvalidRequest
+from marketplace.http import keys
+from marketplace.http.routing import AuthMode, Call, RouteTable
+from marketplace.http.streaming import open_stream
+from marketplace.storage.repositories import events as events_repo
+from marketplace.stream.hub import HubConfig, StreamHub
+from marketplace.stream.models import MAX_EVENT_ID, StreamEventData, StreamQuery
+
+routes = RouteTable(tag="stream")
+
+STREAM_HUB: web.AppKey[StreamHub] = web.AppKey("stream_hub", StreamHub)
+LAST_EVENT_ID = "Last-Event-ID"
+_EVENT_ID = re.compile(r"^[0-9]{1,19}$")
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    # Proxies that buffer responses (nginx) would hold events back.
+    "X-Accel-Buffering": "no",
+}
+
+
+def resume_position(call: Call[None, StreamQuery, None]) -> int | None:
+    """The id to resume after: the ``Last-Event-ID`` header, else ``lastEventId``; 400 for a
+    header that is not an event id. An empty header counts as absent (EventSource sends none
+    before its first id, but proxies may pass an empty one)."""
+    header = call.request.headers.get(LAST_EVENT_ID, "").strip()
+    if not header:
+        return call.query.lastEventId
+    if not _EVENT_ID.fullmatch(header) or int(header) > MAX_EVENT_ID:
+        raise InvalidRequest(
+            f"{LAST_EVENT_ID} must be an event id (a non-negative integer)",
+            [
+                {
+                    "location": "header",
+                    "field": LAST_EVENT_ID,
+                    "message": "not an event id",
+                    "type": "event_id",
+                }
+            ],
+        )
+    return int(header)
+
+
+@routes.get(
+    "/v1/stream",
+    name="openEventStream",
+    summary="Live event stream (Server-Sent Events) of the events the caller may see",
+    auth=AuthMode.EITHER,
+    response=StreamEventData,
+    response_content_type="text/event-stream",
+    query=StreamQuery,
+)
+async def open_event_stream(call: Call[None, StreamQuery, None]) -> web.StreamResponse:
+    """`text/event-stream`, open until the client leaves. Each event is one message: `id:` the
+    outbox event id, `event:` its type, `data:` one line of JSON (the schema below). The caller
+    receives only events it may see at the moment each is sent: `project.changed` and
+    `chat.message` for projects where one of its active wallet links is the owner or the
+    selected worker, `dm.message` for its threads (not from a user it blocks), `report.updated`
+    for its reports; other event types are not streamed. Every heartbeat interval (15 s) a
+    `: heartbeat` comment arrives with an `id:` line and no data: it moves the client's last
+    event id without an event.
+
+    Resume: with `Last-Event-ID` (or `lastEventId`) the stream first sends every event after
+    that id the caller may see now, then live ones, none twice; without it, it starts at the
+    newest event (an id-only message at the start tells the client where). Events older than
+    the server's retention are not replayed. At most `MARKETPLACE_STREAM_MAX_PER_USER` (5)
+    open streams per user across all servers: 429 `rate_limited` with `Retry-After` beyond. A
+    client that does not read fast enough is disconnected and should reconnect with its last
+    event id."""
+    principal = call.require_principal()
+    resume = resume_position(call)
+    hub = call.app[STREAM_HUB]
+    subscriber = await hub.open(principal.user_id)
+    try:
+        # Read after the registration: every event up to `now` is either replayed or older
+        # than the position, and every later one reaches the queue.
+        now = await events_repo.last_id(call.pool)
+        after = now if resume is None or resume > now else resume
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await open_stream(call.request, response)
+        request = call.request
+        subscriber.connected = lambda: _connected(request)
+        subscriber.abort = lambda: _abort(request)
+        await hub.serve(subscriber, after, response.write)
+    finally:
+        await hub.close(subscriber)
+    return response
+
+
+def _connected(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is not None and not transport.is_closing()
+
+
+def _abort(request: web.Request) -> None:
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
+
+
+def setup(app: web.Application) -> None:
+    async def end_streams(app: web.Application) -> None:
+        # Before the server waits for running handlers: open streams would hold it until its
+        # shutdown timeout.
+        hub = app.get(STREAM_HUB)
+        if hub is not None:
+            hub.shutdown()
+
+    app.on_shutdown.append(end_streams)
+
+
+async def stream_hub(app: web.Application) -> AsyncIterator[None]:
+    """The frontend's stream hub, started after Postgres and Redis."""
+    hub = StreamHub(app[keys.PG_POOL], app[keys.REDIS], HubConfig.from_settings(app[keys.SETTINGS]))
+    await hub.start()
+    app[STREAM_HUB] = hub
+    yield
+    await hub.stop()

@@ -1,0 +1,153 @@
+"""Project chat (docs/messaging.md, "Project chat"): the send, a shard command of the project
+(one writer per project, so a project's messages are stored in send order), and the reads, from
+PostgreSQL.
+
+Who may send: the caller's active wallet link that is the project owner or the selected worker,
+once a worker is selected, on a project the caller can see. Who may read: a caller with an
+active link to the owner or the selected worker wallet.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TypedDict
+
+import asyncpg
+
+from marketplace.messaging import rules
+from marketplace.messaging.errors import NotProjectParty
+from marketplace.messaging.models import BodyStatus
+from marketplace.moderation.reads import is_moderation_admin
+from marketplace.pagination import BIGINT_MAX, CursorKind, keyset_page
+from marketplace.records.access import (
+    ProjectParties,
+    caller_wallets,
+    require_linked,
+    visible_project,
+)
+from marketplace.shards import ProjectCommand, ShardContext
+from marketplace.storage.pool import Conn
+from marketplace.storage.repositories import messages as repo
+
+MESSAGE_CURSOR = CursorKind("m1", (BIGINT_MAX,))
+
+
+class StoredMessage(TypedDict):
+    """A message row in plain values (it crosses the Ray boundary)."""
+
+    id: uuid.UUID
+    seq: int
+    kind: str
+    project_address: str | None
+    thread_id: uuid.UUID | None
+    sender_user_id: uuid.UUID
+    sender_wallet_address: str | None
+    recipient_user_id: uuid.UUID | None
+    body: str
+    body_status: str
+    created_at: datetime
+
+
+def stored(row: asyncpg.Record) -> StoredMessage:
+    return StoredMessage(
+        id=row["id"],
+        seq=row["seq"],
+        kind=row["kind"],
+        project_address=row["project_address"],
+        thread_id=row["thread_id"],
+        sender_user_id=row["sender_user_id"],
+        sender_wallet_address=row["sender_wallet_address"],
+        recipient_user_id=row["recipient_user_id"],
+        body=row["body"],
+        body_status=row["body_status"],
+        created_at=row["created_at"],
+    )
+
+
+async def authorize_send(
+    conn: Conn, user_id: uuid.UUID, project_address: str, sender_wallet: str
+) -> ProjectParties:
+    """The send rules, in their answer order: 404 (project not indexed or not visible), 403
+    ``wallet_not_linked``, 409 ``worker_not_selected``, 403 ``not_project_party``."""
+    wallets = await caller_wallets(conn, user_id)
+    project = await visible_project(conn, project_address, wallets)
+    require_linked(wallets, sender_wallet, "senderWalletAddress")
+    rules.require_chat_sender(project, sender_wallet)
+    return project
+
+
+@dataclass(frozen=True)
+class PostChatMessage(ProjectCommand):
+    """Shard command: check the send rules and store the message with its ``chat.message``
+    event. ``message_id`` is chosen by the frontend, so a command sent again after its shard died
+    stores the message once and answers with it (the rules are checked again first)."""
+
+    message_id: uuid.UUID
+    user_id: uuid.UUID
+    sender_wallet: str
+    body: str
+
+    async def apply(self, ctx: ShardContext) -> StoredMessage:
+        async with ctx.pool.acquire() as conn:
+            await authorize_send(conn, self.user_id, self.project_address, self.sender_wallet)
+            async with conn.transaction():
+                row = await repo.insert_chat(
+                    conn,
+                    message_id=self.message_id,
+                    project_address=self.project_address,
+                    sender_user_id=self.user_id,
+                    sender_wallet=self.sender_wallet,
+                    body=self.body,
+                )
+            if row is None:  # stored by the first run of this command
+                row = await repo.get_message(conn, self.message_id)
+                if row is None:  # pragma: no cover - the insert's conflict was with this id
+                    raise RuntimeError("chat message vanished after a conflicting insert")
+        return stored(row)
+
+
+@dataclass(frozen=True)
+class MessagePage:
+    rows: list[asyncpg.Record]
+    next_cursor: str | None
+    # Whether the viewer sees removed bodies (a moderation admin).
+    moderator: bool
+
+
+async def viewer_is_moderator(conn: Conn, user_id: uuid.UUID, rows: list[asyncpg.Record]) -> bool:
+    """Whether removed bodies in ``rows`` are shown to the viewer; the flag is only read when a
+    removed message is among them."""
+    if not any(row["body_status"] == BodyStatus.REMOVED for row in rows):
+        return False
+    return await is_moderation_admin(conn, user_id)
+
+
+def _seq(row: asyncpg.Record) -> tuple[int]:
+    return (row["seq"],)
+
+
+async def list_chat(
+    pool: asyncpg.Pool,
+    user_id: uuid.UUID,
+    project_address: str,
+    *,
+    limit: int,
+    cursor: str | None,
+) -> MessagePage:
+    """The project's chat, newest first: 404 when the project is not visible, 403
+    ``not_project_party`` unless one of the caller's active wallets is the owner or the selected
+    worker."""
+    position = MESSAGE_CURSOR.position(cursor)
+    wallets = await caller_wallets(pool, user_id)
+    project = await visible_project(pool, project_address, wallets)
+    if not rules.is_chat_party(project, wallets):
+        raise NotProjectParty(
+            "only the project owner and the selected worker may read the project chat"
+        )
+    rows = await repo.chat_page(
+        pool, project_address, before_seq=position[0] if position else None, limit=limit + 1
+    )
+    page, next_cursor = keyset_page(rows, limit, MESSAGE_CURSOR, _seq)
+    return MessagePage(page, next_cursor, await viewer_is_moderator(pool, user_id, page))

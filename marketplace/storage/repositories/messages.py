@@ -1,0 +1,204 @@
+"""SQL of project chat and direct messages: messages, DM threads, and the "shared project"
+test direct messages need (docs/messaging.md).
+
+A send writes its message and its outbox event in one transaction, the event last
+(``events.append`` serialises producers from that statement to the commit). A direct message
+also creates or bumps its thread in that transaction, with one ``INSERT ... ON CONFLICT`` on the
+ordered user pair: the UNIQUE constraint, not a prior read, decides which of two concurrent
+first messages creates the thread, and both land in it.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import asyncpg
+
+from marketplace.events.types import EventType, NewEvent
+from marketplace.storage.pool import Conn, Connection, fetch_one
+from marketplace.storage.repositories import events
+
+COLUMNS = (
+    "id, seq, kind, project_address, thread_id, sender_user_id, sender_wallet_address, "
+    "recipient_user_id, body, body_status, created_at"
+)
+
+INSERT_CHAT = f"""
+INSERT INTO messages (id, kind, project_address, sender_user_id, sender_wallet_address, body)
+VALUES ($1, 'project_chat', $2, $3, $4, $5)
+ON CONFLICT (id) DO NOTHING
+RETURNING {COLUMNS}
+"""
+SELECT_MESSAGE = f"SELECT {COLUMNS} FROM messages WHERE id = $1"
+# Newest first; keyset on seq. Served by messages_project_chat / messages_thread.
+SELECT_CHAT_PAGE = f"""
+SELECT {COLUMNS} FROM messages
+WHERE kind = 'project_chat' AND project_address = $1 AND ($2::bigint IS NULL OR seq < $2)
+ORDER BY seq DESC
+LIMIT $3
+"""
+SELECT_THREAD_PAGE = f"""
+SELECT {COLUMNS} FROM messages
+WHERE kind = 'direct' AND thread_id = $1 AND ($2::bigint IS NULL OR seq < $2)
+ORDER BY seq DESC
+LIMIT $3
+"""
+
+# Creates the pair's thread or moves it to the top of both users' lists. $1 < $2.
+UPSERT_THREAD = """
+INSERT INTO dm_threads AS t (user_low, user_high) VALUES ($1, $2)
+ON CONFLICT (user_low, user_high) DO UPDATE
+    SET last_message_at = now(), activity_seq = nextval('dm_threads_activity_seq')
+RETURNING thread_id
+"""
+INSERT_DIRECT = f"""
+INSERT INTO messages (kind, thread_id, sender_user_id, recipient_user_id, body)
+VALUES ('direct', $1, $2, $3, $4)
+RETURNING {COLUMNS}
+"""
+SELECT_THREAD = "SELECT thread_id, user_low, user_high FROM dm_threads WHERE thread_id = $1"
+# The caller's threads, most recent activity first: one index range per side of the pair
+# (dm_threads_by_low / _by_high), each cut to the page, then merged.
+SELECT_THREADS_PAGE = """
+WITH mine AS (
+    (SELECT thread_id, user_high AS other_user_id, last_message_at, activity_seq
+     FROM dm_threads
+     WHERE user_low = $1 AND ($2::bigint IS NULL OR activity_seq < $2)
+     ORDER BY activity_seq DESC LIMIT $3)
+    UNION ALL
+    (SELECT thread_id, user_low AS other_user_id, last_message_at, activity_seq
+     FROM dm_threads
+     WHERE user_high = $1 AND ($2::bigint IS NULL OR activity_seq < $2)
+     ORDER BY activity_seq DESC LIMIT $3)
+)
+SELECT m.thread_id, m.other_user_id, u.username AS other_username, m.last_message_at,
+       m.activity_seq, (mu.user_id IS NOT NULL) AS muted
+FROM mine m
+LEFT JOIN usernames u ON u.user_id = m.other_user_id
+LEFT JOIN user_mutes mu ON mu.user_id = $1 AND mu.muted_user_id = m.other_user_id
+ORDER BY m.activity_seq DESC
+LIMIT $3
+"""
+
+# Whether two users share a project interaction (issue #12 "Direct messages"), through the
+# wallets each has actively linked now: on one indexed project, one is the owner and the other
+# the selected worker, a bidder (a bid draft for that wallet) or a challenge submitter (a
+# registered submission). Every branch starts from the owner side (projects_owner_order) and
+# probes the other table by its (project, wallet) key.
+SELECT_SHARE_PROJECT = """
+WITH a AS (
+    SELECT coalesce(array_agg(wallet_address), '{}'::text[]) AS w
+    FROM wallet_links WHERE user_id = $1 AND revoked_at IS NULL
+), b AS (
+    SELECT coalesce(array_agg(wallet_address), '{}'::text[]) AS w
+    FROM wallet_links WHERE user_id = $2 AND revoked_at IS NULL
+), sides AS (
+    SELECT a.w AS owner_side, b.w AS other_side FROM a, b
+    UNION ALL
+    SELECT b.w, a.w FROM a, b
+)
+SELECT EXISTS (
+    SELECT 1 FROM sides s JOIN projects p ON p.owner_address = any(s.owner_side)
+    WHERE p.selected_builder_address = any(s.other_side)
+       OR EXISTS (SELECT 1 FROM bid_drafts d
+                  WHERE d.project_address = p.project_address
+                    AND d.bidder_address = any(s.other_side))
+       OR EXISTS (SELECT 1 FROM challenge_submissions c
+                  WHERE c.project_address = p.project_address
+                    AND c.submitter_address = any(s.other_side))
+)
+"""
+SELECT_USER_EXISTS = "SELECT EXISTS (SELECT 1 FROM users WHERE user_id = $1)"
+
+
+async def insert_chat(
+    conn: Connection,
+    *,
+    message_id: uuid.UUID,
+    project_address: str,
+    sender_user_id: uuid.UUID,
+    sender_wallet: str,
+    body: str,
+) -> asyncpg.Record | None:
+    """Insert a chat message and its ``chat.message`` event (in the caller's transaction).
+
+    None when a message with this id exists already (a retried send): nothing is written.
+    """
+    row = await conn.fetchrow(
+        INSERT_CHAT, message_id, project_address, sender_user_id, sender_wallet, body
+    )
+    if row is None:
+        return None
+    event = NewEvent(
+        EventType.CHAT_MESSAGE,
+        project_address,
+        {
+            "messageId": str(row["id"]),
+            "projectAddress": project_address,
+            "senderUserId": str(sender_user_id),
+            "senderWalletAddress": sender_wallet,
+        },
+    )
+    await events.append(conn, [event])
+    return row
+
+
+async def get_message(conn: Conn, message_id: uuid.UUID) -> asyncpg.Record | None:
+    return await conn.fetchrow(SELECT_MESSAGE, message_id)
+
+
+async def chat_page(
+    conn: Conn, project_address: str, *, before_seq: int | None, limit: int
+) -> list[asyncpg.Record]:
+    return await conn.fetch(SELECT_CHAT_PAGE, project_address, before_seq, limit)
+
+
+async def insert_direct(
+    conn: Connection,
+    *,
+    user_low: uuid.UUID,
+    user_high: uuid.UUID,
+    sender_user_id: uuid.UUID,
+    recipient_user_id: uuid.UUID,
+    body: str,
+) -> asyncpg.Record:
+    """Create or bump the pair's thread, insert the message and its ``dm.message`` event (in
+    the caller's transaction)."""
+    thread_id = await conn.fetchval(UPSERT_THREAD, user_low, user_high)
+    row = await fetch_one(conn, INSERT_DIRECT, thread_id, sender_user_id, recipient_user_id, body)
+    event = NewEvent(
+        EventType.DM_MESSAGE,
+        f"thread:{thread_id}",
+        {
+            "messageId": str(row["id"]),
+            "threadId": str(thread_id),
+            "senderUserId": str(sender_user_id),
+            "recipientUserId": str(recipient_user_id),
+        },
+    )
+    await events.append(conn, [event])
+    return row
+
+
+async def get_thread(conn: Conn, thread_id: uuid.UUID) -> asyncpg.Record | None:
+    return await conn.fetchrow(SELECT_THREAD, thread_id)
+
+
+async def thread_page(
+    conn: Conn, thread_id: uuid.UUID, *, before_seq: int | None, limit: int
+) -> list[asyncpg.Record]:
+    return await conn.fetch(SELECT_THREAD_PAGE, thread_id, before_seq, limit)
+
+
+async def threads_page(
+    conn: Conn, user_id: uuid.UUID, *, before_activity: int | None, limit: int
+) -> list[asyncpg.Record]:
+    return await conn.fetch(SELECT_THREADS_PAGE, user_id, before_activity, limit)
+
+
+async def share_project(conn: Conn, a: uuid.UUID, b: uuid.UUID) -> bool:
+    return bool(await conn.fetchval(SELECT_SHARE_PROJECT, a, b))
+
+
+async def user_exists(conn: Conn, user_id: uuid.UUID) -> bool:
+    return bool(await conn.fetchval(SELECT_USER_EXISTS, user_id))

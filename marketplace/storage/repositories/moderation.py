@@ -1,0 +1,165 @@
+"""SQL of offenses and suspensions (docs/messaging.md, "Offenses and suspensions").
+
+Writes run in the user shard's transaction (``marketplace.moderation.counter``) after
+:func:`lock_user`; the reads here also serve the offense list and the send check straight from
+PostgreSQL (never through the actor).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+import asyncpg
+
+from marketplace.storage.pool import Conn, Connection, fetch_one
+
+# First key of the two-key advisory locks (a space of its own: one-key locks such as the events
+# order lock never meet these). "mkmo" in ASCII.
+USER_LOCK_CLASS = 0x6D6B6D6F
+
+# The transaction's own clock reading after the lock, so an offense's time is never earlier than
+# that of an offense committed before it took the lock. The MATERIALIZED CTE is evaluated first.
+LOCK_USER = """
+WITH locked AS MATERIALIZED (SELECT pg_advisory_xact_lock($1, hashtext($2::text)))
+SELECT clock_timestamp() FROM locked
+"""
+SELECT_OFFENSE = """
+SELECT o.id, o.user_id, o.term, o.context, o.created_at,
+       s.id AS suspension_id, s.ends_at AS suspension_ends_at
+FROM moderation_offenses o
+LEFT JOIN moderation_suspensions s ON s.offense_id = o.id
+WHERE o.id = $1
+"""
+# The end of the user's active suspension (if any) at $2, and since when offenses count: the
+# latest suspension start or lift (offenses behind a suspension never count again).
+SUSPENSION_STATE = """
+SELECT max(ends_at) FILTER (WHERE lifted_at IS NULL AND ends_at > $2) AS active_until,
+       max(coalesce(lifted_at, starts_at)) AS counting_since
+FROM moderation_suspensions
+WHERE user_id = $1
+"""
+SELECT_OFFENSE_TIMES = """
+SELECT created_at FROM moderation_offenses WHERE user_id = $1 AND created_at > $2
+"""
+INSERT_OFFENSE = """
+INSERT INTO moderation_offenses (id, user_id, term, context, created_at)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (id) DO NOTHING
+RETURNING id
+"""
+INSERT_SUSPENSION = """
+INSERT INTO moderation_suspensions (user_id, offense_id, starts_at, ends_at)
+VALUES ($1, $2, $3, $4)
+RETURNING id
+"""
+LIFT_ACTIVE = """
+UPDATE moderation_suspensions
+SET lifted_at = $3, lifted_by_user_id = $2
+WHERE user_id = $1 AND lifted_at IS NULL AND ends_at > $3
+RETURNING id, offense_id, starts_at, ends_at, lifted_at
+"""
+# The send check: served by moderation_suspensions_unlifted.
+ACTIVE_UNTIL = """
+SELECT max(ends_at) FROM moderation_suspensions
+WHERE user_id = $1 AND lifted_at IS NULL AND ends_at > now()
+"""
+# The figures of the offense list, at one moment (the statement's now()).
+OFFENSE_SUMMARY = """
+SELECT now() AS now,
+       (SELECT count(*) FROM moderation_offenses WHERE user_id = $1) AS total,
+       (SELECT max(ends_at) FROM moderation_suspensions
+        WHERE user_id = $1 AND lifted_at IS NULL AND ends_at > now()) AS active_until,
+       (SELECT max(coalesce(lifted_at, starts_at)) FROM moderation_suspensions
+        WHERE user_id = $1) AS counting_since
+"""
+SELECT_OFFENSE_PAGE = """
+SELECT id, seq, term, context, created_at FROM moderation_offenses
+WHERE user_id = $1 AND ($2::bigint IS NULL OR seq < $2)
+ORDER BY seq DESC
+LIMIT $3
+"""
+
+
+async def lock_user(conn: Connection, user_id: uuid.UUID) -> datetime:
+    """Serialise this transaction with every other moderation write of ``user_id`` (held to the
+    end of the transaction); returns the clock after the lock was granted.
+
+    The user's shard already runs one command at a time per user: the lock also covers the
+    moments when two processes could write for one user (a shard killed while its transaction
+    has not yet ended, and its restarted successor), so a count is never taken beside an
+    uncommitted offense.
+    """
+    if not conn.is_in_transaction():
+        raise RuntimeError("lock_user is held until the end of a transaction; start one first")
+    at: datetime = await conn.fetchval(LOCK_USER, USER_LOCK_CLASS, str(user_id))
+    return at
+
+
+async def get_offense(conn: Conn, offense_id: uuid.UUID) -> asyncpg.Record | None:
+    """The offense with the suspension it started (``suspension_id`` None if none)."""
+    return await conn.fetchrow(SELECT_OFFENSE, offense_id)
+
+
+async def suspension_state(conn: Conn, user_id: uuid.UUID, at: datetime) -> asyncpg.Record:
+    """``active_until`` (None: not suspended at ``at``) and ``counting_since`` (None: never
+    suspended)."""
+    return await fetch_one(conn, SUSPENSION_STATE, user_id, at)
+
+
+async def offense_times(conn: Conn, user_id: uuid.UUID, after: datetime) -> list[datetime]:
+    return [row["created_at"] for row in await conn.fetch(SELECT_OFFENSE_TIMES, user_id, after)]
+
+
+async def insert_offense(
+    conn: Connection,
+    *,
+    offense_id: uuid.UUID,
+    user_id: uuid.UUID,
+    term: str,
+    context: str,
+    created_at: datetime,
+) -> bool:
+    """False when an offense with this id is already stored (nothing written)."""
+    inserted = await conn.fetchval(INSERT_OFFENSE, offense_id, user_id, term, context, created_at)
+    return inserted is not None
+
+
+async def insert_suspension(
+    conn: Connection,
+    *,
+    user_id: uuid.UUID,
+    offense_id: uuid.UUID,
+    starts_at: datetime,
+    ends_at: datetime,
+) -> uuid.UUID:
+    suspension_id: uuid.UUID = await conn.fetchval(
+        INSERT_SUSPENSION, user_id, offense_id, starts_at, ends_at
+    )
+    return suspension_id
+
+
+async def lift_active(
+    conn: Connection, user_id: uuid.UUID, lifted_by: uuid.UUID, at: datetime
+) -> list[asyncpg.Record]:
+    """Lift every suspension of ``user_id`` active at ``at``; the lifted rows (none: nothing
+    was active)."""
+    return await conn.fetch(LIFT_ACTIVE, user_id, lifted_by, at)
+
+
+async def active_until(conn: Conn, user_id: uuid.UUID) -> datetime | None:
+    """When the user's active suspension ends, or None when sending is allowed now."""
+    until: datetime | None = await conn.fetchval(ACTIVE_UNTIL, user_id)
+    return until
+
+
+async def offense_summary(conn: Conn, user_id: uuid.UUID) -> asyncpg.Record:
+    """``now``, ``total``, ``active_until`` and ``counting_since`` of one user."""
+    return await fetch_one(conn, OFFENSE_SUMMARY, user_id)
+
+
+async def offense_page(
+    conn: Conn, user_id: uuid.UUID, *, before_seq: int | None, limit: int
+) -> list[asyncpg.Record]:
+    """Up to ``limit`` offenses of ``user_id`` older than ``before_seq``, newest first."""
+    return await conn.fetch(SELECT_OFFENSE_PAGE, user_id, before_seq, limit)

@@ -1,0 +1,386 @@
+"""The stream hub: one per frontend process, between the change events and the open streams.
+
+One task follows the Redis Stream (``EventStream.subscribe``, streamed types only). For each
+event it asks the type's audience rule ONCE which users may see it now (one SQL query, skipped
+while no stream is open here), then puts the event on the bounded queue of each open stream of
+those users. Each stream's handler writes its queue to its socket. So the cost per event is one
+query plus one queue put per receiving stream, whatever the number of open streams, and no
+client can slow down another: a stream whose queue is full is disconnected (the client resumes
+with ``Last-Event-ID``).
+
+Gap-free hand-over from catch-up to live: registering a stream is synchronous and records the
+hub's ``position`` (the last event fanned out) as the stream's ``live_from``; every later event
+reaches its queue through the fan-out, every earlier one is replayed from the stream/Postgres
+(``after < id <= live_from``) before the queue is read. The queue buffers live events meanwhile;
+the stream writes ids in increasing order and drops any it has passed, so nothing comes twice.
+
+A second task sends heartbeats (queued like events, so they carry a position that is complete
+for the stream), renews the streams' slot leases in Redis and notices clients that went away.
+
+Fault contract: if Redis or Postgres fails, the follower logs, waits (backing off to 5 s) and
+resubscribes from its position; streams stay open and receive the delayed events in order. The
+hub keeps no state that outlives the process; a client's position is its last event id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import asyncpg
+import redis.asyncio as aioredis
+
+from marketplace.aio import raise_if_cancelling
+from marketplace.config import Settings
+from marketplace.errors import ServiceUnavailable
+from marketplace.events.consumer import EventStream
+from marketplace.events.types import Event
+from marketplace.metrics import (
+    STREAM_DELIVERY_LATENCY,
+    STREAM_EVENTS_DELIVERED,
+    STREAM_HUB_POSITION,
+    STREAMS_CLOSED,
+    STREAMS_OPEN,
+)
+from marketplace.storage.repositories import events as events_repo
+from marketplace.stream import sse
+from marketplace.stream.audience import audience_of, streamed_types
+from marketplace.stream.slots import StreamSlots
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_SECONDS = 5.0
+# XREAD BLOCK of the follower: a wake-up per second when idle, well inside the client's socket
+# timeout (5 s by default in redis-py).
+FOLLOW_BLOCK_MS = 1_000
+# Cancelling a task: attempts, and how long each waits for it to end.
+STOP_ATTEMPTS = 3
+STOP_WAIT_SECONDS = 2.0
+# Events whose audience queries run ahead of the fan-out (each holds a pool connection briefly).
+AUDIENCE_WINDOW = 8
+# How often the hub looks for streams whose client went away (aiohttp does not tell a handler).
+LIVENESS_INTERVAL_SECONDS = 1.0
+# A slot lease outlives this many missed heartbeats.
+LEASE_HEARTBEATS = 3
+
+Send = Callable[[bytes], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class HubConfig:
+    stream: str
+    heartbeat: float
+    max_per_user: int
+    queue_size: int
+
+    @property
+    def lease_seconds(self) -> float:
+        return LEASE_HEARTBEATS * self.heartbeat
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> HubConfig:
+        return cls(
+            stream=settings.events_stream,
+            heartbeat=settings.stream_heartbeat_seconds,
+            max_per_user=settings.stream_max_per_user,
+            queue_size=settings.stream_queue_size,
+        )
+
+
+class Heartbeat(NamedTuple):
+    # Every event up to here that the stream may see is queued before this heartbeat.
+    position: int
+
+
+class Close(NamedTuple):
+    reason: str
+
+
+Item = Event | Heartbeat | Close
+
+
+# An event read ahead with its audience query (None: not started), or the reader's failure.
+Ahead = tuple[Event, "asyncio.Future[set[uuid.UUID]] | None"] | Exception
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` and wait for it, bounded: a cancellation a library swallowed is sent
+    again, and a task that still runs is reported rather than waited for forever (it would hold
+    up the app's shutdown)."""
+    for _ in range(STOP_ATTEMPTS):
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=STOP_WAIT_SECONDS)
+        if done:
+            if not task.cancelled() and task.exception() is not None:
+                log.warning("%s failed", task.get_name(), exc_info=task.exception())
+            return
+    log.error("%s did not stop when cancelled", task.get_name())
+
+
+def _discard(window: asyncio.Queue[Ahead]) -> None:
+    """Drop what was read ahead, cancelling its queries (the follower restarts from its
+    position and reads those events again)."""
+    while not window.empty():
+        item = window.get_nowait()
+        if isinstance(item, tuple) and item[1] is not None:
+            pending = item[1]
+            if pending.done():
+                if not pending.cancelled():
+                    pending.exception()  # retrieved, so it is not reported as lost
+            else:
+                pending.cancel()
+
+
+class Subscriber:
+    """One open stream: its user, its queue and the hooks its HTTP connection provides."""
+
+    def __init__(self, user_id: uuid.UUID, queue_size: int) -> None:
+        self.id = uuid.uuid4().hex
+        self.user_id = user_id
+        self.queue: asyncio.Queue[Item] = asyncio.Queue(queue_size)
+        self.live_from = 0
+        self.closed_reason: str | None = None
+        # Set by the transport layer: is the client still connected; drop the connection now.
+        self.connected: Callable[[], bool] = lambda: True
+        self.abort: Callable[[], None] = lambda: None
+
+
+class StreamHub:
+    def __init__(self, pool: asyncpg.Pool, redis: aioredis.Redis, config: HubConfig) -> None:
+        self.pool = pool
+        self.config = config
+        self.events = EventStream(redis, pool, stream=config.stream, block_ms=FOLLOW_BLOCK_MS)
+        self.slots = StreamSlots(
+            redis, limit=config.max_per_user, lease_seconds=config.lease_seconds
+        )
+        self.types = streamed_types()
+        self.position = 0
+        self.subscribers: set[Subscriber] = set()
+        self.by_user: dict[uuid.UUID, set[Subscriber]] = {}
+        self.closing = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.position = await events_repo.last_id(self.pool)
+        STREAM_HUB_POSITION.set(self.position)
+        self._tasks = [
+            asyncio.create_task(self._follow(), name="stream-hub-follow"),
+            asyncio.create_task(self._tick(), name="stream-hub-tick"),
+        ]
+
+    def shutdown(self) -> None:
+        """Refuse new streams and end the open ones (their clients reconnect elsewhere)."""
+        self.closing = True
+        for subscriber in tuple(self.subscribers):
+            self._end(subscriber, "shutdown", abort=False)
+
+    async def stop(self) -> None:
+        self.shutdown()
+        for task in self._tasks:
+            await _stop(task)
+
+    # --- streams --------------------------------------------------------------------------------
+
+    async def open(self, user_id: uuid.UUID) -> Subscriber:
+        """Take one of the user's slots (429 beyond) and start queueing the user's events."""
+        if self.closing:
+            raise ServiceUnavailable("this frontend is shutting down; reconnect", retry_after=1)
+        subscriber = Subscriber(user_id, self.config.queue_size)
+        await self.slots.acquire(user_id, subscriber.id)
+        if self.closing:
+            await self._release(subscriber)
+            raise ServiceUnavailable("this frontend is shutting down; reconnect", retry_after=1)
+        # No await from here to the end: live_from and the registration are one step.
+        subscriber.live_from = self.position
+        self.subscribers.add(subscriber)
+        self.by_user.setdefault(user_id, set()).add(subscriber)
+        STREAMS_OPEN.inc()
+        return subscriber
+
+    async def close(self, subscriber: Subscriber, reason: str = "client_gone") -> None:
+        if subscriber.closed_reason is None:
+            subscriber.closed_reason = reason
+        if self._unregister(subscriber):
+            STREAMS_OPEN.dec()
+            STREAMS_CLOSED.labels(subscriber.closed_reason).inc()
+        await self._release(subscriber)
+
+    async def serve(self, subscriber: Subscriber, after: int, send: Send) -> str:
+        """Write the stream until it ends; returns why it ended.
+
+        ``after``: the client's position; the events after it up to ``live_from`` are replayed
+        first (each checked against its audience rule now), then the queue is written.
+        """
+        last = after
+        try:
+            await send(sse.position_message(after))
+            if after < subscriber.live_from:
+                replayed = self.events.replay(after, subscriber.live_from, self.types)
+                async with contextlib.aclosing(replayed) as events:
+                    async for event in events:
+                        if subscriber.closed_reason is not None:
+                            return subscriber.closed_reason
+                        if subscriber.user_id in await audience_of(self.pool, event):
+                            await send(sse.event_message(event))
+                            STREAM_EVENTS_DELIVERED.labels(event.type, "catchup").inc()
+                        last = event.id
+            while True:
+                item = await subscriber.queue.get()
+                if isinstance(item, Close):
+                    return item.reason
+                if isinstance(item, Heartbeat):
+                    last = max(last, item.position)
+                    await send(sse.heartbeat_message(last))
+                    continue
+                if item.id <= last:
+                    continue
+                await send(sse.event_message(item))
+                last = item.id
+                STREAM_EVENTS_DELIVERED.labels(item.type, "live").inc()
+                STREAM_DELIVERY_LATENCY.observe(time.time() - item.createdAt.timestamp())
+        except ConnectionError:
+            return subscriber.closed_reason or "client_gone"
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def _unregister(self, subscriber: Subscriber) -> bool:
+        if subscriber not in self.subscribers:
+            return False
+        self.subscribers.discard(subscriber)
+        mine = self.by_user.get(subscriber.user_id)
+        if mine is not None:
+            mine.discard(subscriber)
+            if not mine:
+                del self.by_user[subscriber.user_id]
+        return True
+
+    def _end(self, subscriber: Subscriber, reason: str, *, abort: bool) -> None:
+        """Stop feeding a stream and tell its writer to finish (synchronous: callable from the
+        fan-out). ``abort`` also drops the connection, so a writer stuck on a client that does
+        not read fails at once instead of waiting for it."""
+        if subscriber.closed_reason is None:
+            subscriber.closed_reason = reason
+        if self._unregister(subscriber):
+            STREAMS_OPEN.dec()
+            STREAMS_CLOSED.labels(reason).inc()
+        while not subscriber.queue.empty():
+            subscriber.queue.get_nowait()
+        subscriber.queue.put_nowait(Close(reason))
+        if abort:
+            subscriber.abort()
+
+    def _offer(self, subscriber: Subscriber, item: Item) -> None:
+        try:
+            subscriber.queue.put_nowait(item)
+        except asyncio.QueueFull:
+            log.info("event stream of user %s fell behind; disconnected", subscriber.user_id)
+            self._end(subscriber, "overflow", abort=True)
+
+    def _fan_out(self, event: Event, audience: set[uuid.UUID]) -> None:
+        for user_id in audience:
+            for subscriber in tuple(self.by_user.get(user_id, ())):
+                self._offer(subscriber, event)
+        self._advance(event.id)
+
+    def _advance(self, position: int) -> None:
+        self.position = position
+        STREAM_HUB_POSITION.set(position)
+
+    async def _follow(self) -> None:
+        """Fan out every streamed event in id order, forever; restart from the position after a
+        failure. Audience queries of the next few events run while earlier ones are fanned out,
+        so a burst (an indexer batch touching many projects) costs about one query's latency
+        per window rather than per event."""
+        backoff = 0.1
+        while True:
+            window: asyncio.Queue[Ahead] = asyncio.Queue(AUDIENCE_WINDOW)
+            reader = asyncio.create_task(self._read_ahead(window), name="stream-hub-read")
+            try:
+                while True:
+                    item = await window.get()
+                    if isinstance(item, BaseException):
+                        raise item
+                    event, pending = item
+                    if pending is None:
+                        if not self.by_user:
+                            # Nobody to tell here; no await between the check and the advance,
+                            # so no stream can register in between and miss the event.
+                            self._advance(event.id)
+                            continue
+                        # A stream opened since the event was read: ask now.
+                        pending = asyncio.ensure_future(audience_of(self.pool, event))
+                    self._fan_out(event, await pending)
+                    backoff = 0.1
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                raise_if_cancelling()
+                log.warning(
+                    "stream hub lost the event stream at %d; retrying in %.1fs",
+                    self.position,
+                    backoff,
+                    exc_info=True,
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+            finally:
+                _discard(window)  # so a reader waiting to put can see its cancellation
+                await _stop(reader)
+                _discard(window)
+
+    async def _read_ahead(self, window: asyncio.Queue[Ahead]) -> None:
+        """Events after the position, each with its audience query already started (none while
+        no stream is open here); a failure is handed to the fan-out as the last item."""
+        try:
+            followed = self.events.subscribe(self.types, self.position)
+            async with contextlib.aclosing(followed) as events:
+                async for event in events:
+                    pending = None
+                    if self.by_user:
+                        pending = asyncio.ensure_future(audience_of(self.pool, event))
+                    try:
+                        await window.put((event, pending))
+                    except asyncio.CancelledError:
+                        if pending is not None:
+                            pending.cancel()
+                        raise
+        except Exception as exc:
+            raise_if_cancelling()
+            await window.put(exc)
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = min(LIVENESS_INTERVAL_SECONDS, self.config.heartbeat)
+        next_beat = loop.time() + self.config.heartbeat
+        while True:
+            await asyncio.sleep(interval)
+            for subscriber in tuple(self.subscribers):
+                if not subscriber.connected():
+                    self._end(subscriber, "client_gone", abort=False)
+            if loop.time() < next_beat:
+                continue
+            next_beat = loop.time() + self.config.heartbeat
+            beat = Heartbeat(self.position)
+            for subscriber in tuple(self.subscribers):
+                self._offer(subscriber, beat)
+            try:
+                await self.slots.renew([(s.user_id, s.id) for s in self.subscribers])
+            except Exception:
+                raise_if_cancelling()
+                # Leases outlive three heartbeats: one failed renewal loses no slot.
+                log.warning("could not renew event stream slots", exc_info=True)
+
+    async def _release(self, subscriber: Subscriber) -> None:
+        try:
+            await self.slots.release(subscriber.user_id, subscriber.id)
+        except Exception:
+            # The lease expires on its own within three heartbeats.
+            log.warning("could not release an event stream slot", exc_info=True)
