@@ -27,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -74,6 +76,12 @@ class RelayConfig:
         )
 
 
+def relay_application_name() -> str:
+    """How a relay's connection names itself: ``pg_stat_activity`` then tells which host and
+    process holds the relay lock."""
+    return f"marketplace event relay {socket.gethostname()}:{os.getpid()}"
+
+
 def stream_entry(event: repo.StoredEvent) -> dict[str, str]:
     """The fields of an event's stream entry (its id is the entry id ``<id>-0``)."""
     return {
@@ -113,7 +121,7 @@ class EventRelay:
                 backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
 
     async def _session(self) -> None:
-        conn = await connect(self.dsn)
+        conn = await connect(self.dsn, application_name=relay_application_name())
         try:
             # Standby until the active relay's connection is gone (each try is one round trip).
             while True:

@@ -367,12 +367,14 @@ async def create_pool(
     return pool
 
 
-async def connect(dsn: str) -> asyncpg.Connection:
+async def connect(dsn: str, *, application_name: str | None = None) -> asyncpg.Connection:
     """A dedicated connection (outside any pool), terminated while the server refuses new ones:
-    whoever holds it must expect it to close and reconnect."""
+    whoever holds it must expect it to close and reconnect. ``application_name`` shows in
+    ``pg_stat_activity`` (for a lock holder: which process holds it)."""
     watch = server_watch(dsn)
+    server_settings = {"application_name": application_name} if application_name else None
     try:
-        conn = await asyncpg.connect(dsn)
+        conn = await asyncpg.connect(dsn, server_settings=server_settings)
     except asyncpg.CannotConnectNowError as exc:
         watch.observe(_refusal(exc))
         raise

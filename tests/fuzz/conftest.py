@@ -15,6 +15,7 @@ worker, and a pending create intent exists, so the fuzzers reach real rows and n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import uuid
 from collections.abc import Coroutine, Iterator
@@ -65,6 +66,15 @@ PROJECTS = {
 }
 
 
+async def _cancel_remaining_tasks() -> None:
+    current = asyncio.current_task()
+    tasks = [task for task in asyncio.all_tasks() if task is not current]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=20)
+
+
 class LiveApp:
     """An app served on 127.0.0.1 from a background thread's event loop."""
 
@@ -95,11 +105,19 @@ class LiveApp:
         self.base_url = self.run(start())
 
     def stop(self) -> None:
-        if self.runner is not None:
-            self.run(self.runner.cleanup())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=30)
-        self.loop.close()
+        try:
+            if self.runner is not None:
+                self.run(self.runner.cleanup())
+        finally:
+            # Whatever cleanup managed, nothing of this app may outlive it: a relay left running
+            # on this thread would hold the database-wide relay lock for the rest of the session
+            # (a CI run lost every relay test that way).
+            with contextlib.suppress(Exception):
+                self.run(_cancel_remaining_tasks(), timeout=30)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=30)
+            if not self.thread.is_alive():
+                self.loop.close()
 
 
 @pytest.fixture(scope="package")

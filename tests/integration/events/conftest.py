@@ -63,12 +63,35 @@ class RunningRelay:
             await self.task
 
 
+RELAY_LOCK_HOLDERS = """
+SELECT a.pid, a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+  AND ((l.classid::bigint << 32) | l.objid::bigint) = $1
+"""
+
+
+async def no_other_relay(servers: Servers, within: float = 15.0) -> None:
+    """Fail at once, naming the holder, if a relay the test did not start holds the relay lock:
+    one leaked by an earlier test would relay this test's events and fail it obscurely."""
+    conn = await asyncpg.connect(servers.database_url)
+    try:
+        deadline = time.monotonic() + within
+        while holders := await conn.fetch(RELAY_LOCK_HOLDERS, repo.RELAY_LOCK_KEY):
+            if time.monotonic() > deadline:
+                named = ", ".join(f"pid {h['pid']} ({h['application_name']})" for h in holders)
+                pytest.fail(f"a relay from an earlier test still holds the relay lock: {named}")
+            await asyncio.sleep(0.1)
+    finally:
+        await conn.close()
+
+
 RelayStarter = Callable[..., Awaitable[RunningRelay]]
 
 
 @pytest.fixture
 async def start_relay(servers: Servers, redis: aioredis.Redis) -> AsyncIterator[RelayStarter]:
     """Start a relay (optionally of a subclass, with config overrides); all stop at teardown."""
+    await no_other_relay(servers)
     running: list[RunningRelay] = []
 
     async def start(cls: type[EventRelay] = EventRelay, **overrides: Any) -> RunningRelay:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
 import time
@@ -14,10 +15,11 @@ import asyncpg
 import redis.asyncio as aioredis
 
 from marketplace.events.consumer import EventStream
-from marketplace.events.relay import EventRelay
+from marketplace.events.relay import EventRelay, relay_application_name
 from marketplace.storage.repositories import events as repo
 from tests.conftest import Servers
 from tests.integration.events.conftest import (
+    RELAY_LOCK_HOLDERS,
     RelayStarter,
     collect,
     committed_ids,
@@ -151,6 +153,10 @@ async def test_one_relay_is_active_and_a_standby_takes_over_when_it_stops(
         return a.relay.active
 
     await wait_until(a_active, 5, "relay A to become active")
+    # Operators can tell which process holds the lock.
+    holders = await pool.fetch(RELAY_LOCK_HOLDERS, repo.RELAY_LOCK_KEY)
+    assert [h["application_name"] for h in holders] == [relay_application_name()]
+    assert relay_application_name().endswith(f":{os.getpid()}")
     b = await start_relay()
     await asyncio.sleep(1.0)  # five standby intervals
     assert not b.relay.active
