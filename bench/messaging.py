@@ -13,7 +13,7 @@ directory removed afterwards:
    ``MARKETPLACE_PROJECT_SHARDS`` of them) and the change-event relay;
    ``baseline``: a bare aiohttp app that parses the same JSON and, in one transaction, INSERTs
    the same ``messages`` row and appends the same ``chat.message`` outbox event with the app's
-   own SQL (``messages_repo.insert_chat``: ``events.append``, order lock included), then
+   own SQL (``messages_repo.insert_chats``, one message per statement, order lock included), then
    answers the same JSON with 201 (no auth, no Ray hop, no checks, no term filter: the sender's
    user id comes from a header);
    ``baseline+checks``: the same plus, before the transaction, the send rules' queries as the
@@ -225,11 +225,11 @@ def serve_ours(args: argparse.Namespace) -> None:
 
 def serve_baseline(args: argparse.Namespace) -> None:
     """The floor: what storing one chat message costs without the app around it. The SQL is the
-    app's own (``messages_repo.insert_chat``: the row and its ``chat.message`` event through
-    ``events.append``, in one transaction); with ``--checks`` also the send rules' queries
-    (``chat.authorize_send``: the caller's active wallets, the project through the visibility
-    predicate, owner or selected worker), on the same connection before the transaction, as the
-    shard runs them."""
+    app's own (``messages_repo.insert_chats`` with one message: the row and its ``chat.message``
+    event in one self-committing statement, order lock included); with ``--checks`` also the send
+    rules' queries (``chat.authorize_send``: the caller's active wallets and the project through
+    the visibility predicate in one query, owner or selected worker), on the same connection
+    before the insert, as the shard runs them. No group commit: one statement per request."""
     from marketplace.errors import MarketplaceError
     from marketplace.messaging.chat import authorize_send
     from marketplace.storage.pool import create_pool
@@ -255,16 +255,14 @@ def serve_baseline(args: argparse.Namespace) -> None:
                     await authorize_send(conn, user_id, address, wallet)
                 except MarketplaceError as exc:
                     return refuse(exc.status, exc.code, exc.message)
-            async with conn.transaction():
-                row = await messages_repo.insert_chat(
-                    conn,
-                    message_id=uuid.uuid4(),
-                    project_address=address,
-                    sender_user_id=user_id,
-                    sender_wallet=wallet,
-                    body=body,
-                )
-        assert row is not None
+            message = messages_repo.NewChatMessage(
+                message_id=uuid.uuid4(),
+                project_address=address,
+                sender_user_id=user_id,
+                sender_wallet=wallet,
+                body=body,
+            )
+            (row,) = await messages_repo.insert_chats(conn, [message])
         answer = {
             "id": str(row["id"]),
             "kind": row["kind"],

@@ -9,6 +9,7 @@ active link to the owner or the selected worker wallet.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,9 +24,8 @@ from marketplace.moderation.reads import is_moderation_admin
 from marketplace.pagination import BIGINT_MAX, CursorKind, keyset_page
 from marketplace.records.access import (
     ProjectParties,
-    caller_wallets,
+    caller_and_visible_project,
     require_linked,
-    visible_project,
 )
 from marketplace.shards import ProjectCommand, ShardContext
 from marketplace.storage.pool import Conn
@@ -71,18 +71,38 @@ async def authorize_send(
 ) -> ProjectParties:
     """The send rules, in their answer order: 404 (project not indexed or not visible), 403
     ``wallet_not_linked``, 409 ``worker_not_selected``, 403 ``not_project_party``."""
-    wallets = await caller_wallets(conn, user_id)
-    project = await visible_project(conn, project_address, wallets)
+    wallets, project = await caller_and_visible_project(conn, user_id, project_address)
     require_linked(wallets, sender_wallet, "senderWalletAddress")
     rules.require_chat_sender(project, sender_wallet)
     return project
+
+
+async def store_chat_messages(
+    pool: asyncpg.Pool, messages: list[repo.NewChatMessage]
+) -> list[StoredMessage]:
+    """Write ``messages`` (with their events) in one statement; one stored row per message, in
+    order. A message stored already (its command repeated after the shard died) is read back."""
+    async with pool.acquire() as conn:
+        inserted = {row["id"]: row for row in await repo.insert_chats(conn, messages)}
+        for message in messages:
+            if message.message_id not in inserted:
+                row = await repo.get_message(conn, message.message_id)
+                if row is None:  # pragma: no cover - the insert's conflict was with this id
+                    raise RuntimeError("chat message vanished after a conflicting insert")
+                inserted[message.message_id] = row
+    return [stored(inserted[m.message_id]) for m in messages]
 
 
 @dataclass(frozen=True)
 class PostChatMessage(ProjectCommand):
     """Shard command: check the send rules and store the message with its ``chat.message``
     event. ``message_id`` is chosen by the frontend, so a command sent again after its shard died
-    stores the message once and answers with it (the rules are checked again first)."""
+    stores the message once and answers with it (the rules are checked again first).
+
+    The shard's concurrent sends (of different projects: a project's own wait for its lock) are
+    stored together (:class:`~marketplace.shards.GroupCommit`): one statement and one commit
+    per batch instead of per message, each batch holding the events' order lock once.
+    """
 
     message_id: uuid.UUID
     user_id: uuid.UUID
@@ -92,20 +112,16 @@ class PostChatMessage(ProjectCommand):
     async def apply(self, ctx: ShardContext) -> StoredMessage:
         async with ctx.pool.acquire() as conn:
             await authorize_send(conn, self.user_id, self.project_address, self.sender_wallet)
-            async with conn.transaction():
-                row = await repo.insert_chat(
-                    conn,
-                    message_id=self.message_id,
-                    project_address=self.project_address,
-                    sender_user_id=self.user_id,
-                    sender_wallet=self.sender_wallet,
-                    body=self.body,
-                )
-            if row is None:  # stored by the first run of this command
-                row = await repo.get_message(conn, self.message_id)
-                if row is None:  # pragma: no cover - the insert's conflict was with this id
-                    raise RuntimeError("chat message vanished after a conflicting insert")
-        return stored(row)
+        writer = ctx.group_commit("chat", functools.partial(store_chat_messages, ctx.pool))
+        return await writer.submit(
+            repo.NewChatMessage(
+                message_id=self.message_id,
+                project_address=self.project_address,
+                sender_user_id=self.user_id,
+                sender_wallet=self.sender_wallet,
+                body=self.body,
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -140,8 +156,7 @@ async def list_chat(
     ``not_project_party`` unless one of the caller's active wallets is the owner or the selected
     worker."""
     position = MESSAGE_CURSOR.position(cursor)
-    wallets = await caller_wallets(pool, user_id)
-    project = await visible_project(pool, project_address, wallets)
+    wallets, project = await caller_and_visible_project(pool, user_id, project_address)
     if not rules.is_chat_party(project, wallets):
         raise NotProjectParty(
             "only the project owner and the selected worker may read the project chat"

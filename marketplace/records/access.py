@@ -84,6 +84,18 @@ async def visible_project(
     return ProjectParties.from_row(row)
 
 
+async def caller_and_visible_project(
+    conn: Conn, user_id: uuid.UUID, project_address: str
+) -> tuple[frozenset[str], ProjectParties]:
+    """:func:`caller_wallets` and :func:`visible_project` with them, in one round trip."""
+    wallets, row = await projects_repo.caller_wallets_and_visible_project(
+        conn, user_id, project_address
+    )
+    if row is None:
+        raise ProjectNotFound()
+    return frozenset(wallets), ProjectParties.from_row(row)
+
+
 def require_linked(wallets: frozenset[str], wallet: str, field: str) -> None:
     if wallet not in wallets:
         raise WalletNotLinked(f"{field} is not an active wallet link of the caller")

@@ -1,8 +1,10 @@
 """SQL of project chat and direct messages: messages, DM threads, and the "shared project"
 test direct messages need (docs/messaging.md).
 
-A send writes its message and its outbox event in one transaction, the event last
-(``events.append`` serialises producers from that statement to the commit). A direct message
+A chat send writes its message and its outbox event in one self-committing statement
+(``events.with_events``: the order lock is held only while the server commits). A direct message
+writes them in one transaction, the event last (``events.append`` serialises producers from that
+statement to the commit). It
 also creates or bumps its thread in that transaction, with one ``INSERT ... ON CONFLICT`` on the
 ordered user pair: the UNIQUE constraint, not a prior read, decides which of two concurrent
 first messages creates the thread, and both land in it.
@@ -11,6 +13,8 @@ first messages creates the thread, and both land in it.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import asyncpg
 
@@ -23,12 +27,21 @@ COLUMNS = (
     "recipient_user_id, body, body_status, created_at"
 )
 
-INSERT_CHAT = f"""
-INSERT INTO messages (id, kind, project_address, sender_user_id, sender_wallet_address, body)
-VALUES ($1, 'project_chat', $2, $3, $4, $5)
-ON CONFLICT (id) DO NOTHING
-RETURNING {COLUMNS}
-"""
+# Chat messages and their events in one self-committing statement (events.with_events); a
+# message whose id exists (a retried send) is skipped with its event. Rows get their seq in the
+# order given.
+INSERT_CHATS = events.with_events(
+    f"""
+    INSERT INTO messages (id, kind, project_address, sender_user_id, sender_wallet_address, body)
+    SELECT m.id, 'project_chat', m.project_address, m.sender_user_id, m.sender_wallet, m.body
+    FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::text[])
+        WITH ORDINALITY AS m(id, project_address, sender_user_id, sender_wallet, body, n)
+    ORDER BY m.n
+    ON CONFLICT (id) DO NOTHING
+    RETURNING {COLUMNS}, id::text AS event_key
+    """,
+    5,
+)
 SELECT_MESSAGE = f"SELECT {COLUMNS} FROM messages WHERE id = $1"
 # Newest first; keyset on seq. Served by messages_project_chat / messages_thread.
 SELECT_CHAT_PAGE = f"""
@@ -111,36 +124,43 @@ SELECT EXISTS (
 SELECT_USER_EXISTS = "SELECT EXISTS (SELECT 1 FROM users WHERE user_id = $1)"
 
 
-async def insert_chat(
-    conn: Connection,
-    *,
-    message_id: uuid.UUID,
-    project_address: str,
-    sender_user_id: uuid.UUID,
-    sender_wallet: str,
-    body: str,
-) -> asyncpg.Record | None:
-    """Insert a chat message and its ``chat.message`` event (in the caller's transaction).
+@dataclass(frozen=True)
+class NewChatMessage:
+    message_id: uuid.UUID
+    project_address: str
+    sender_user_id: uuid.UUID
+    sender_wallet: str
+    body: str
 
-    None when a message with this id exists already (a retried send): nothing is written.
+    def event(self) -> NewEvent:
+        return NewEvent(
+            EventType.CHAT_MESSAGE,
+            self.project_address,
+            {
+                "messageId": str(self.message_id),
+                "projectAddress": self.project_address,
+                "senderUserId": str(self.sender_user_id),
+                "senderWalletAddress": self.sender_wallet,
+            },
+        )
+
+
+async def insert_chats(conn: Conn, messages: Sequence[NewChatMessage]) -> list[asyncpg.Record]:
+    """Store chat messages with their ``chat.message`` events, in one statement that commits by
+    itself when ``conn`` is not in a transaction. Returns the rows inserted, in the given order;
+    a message whose id exists already (a retried send) is not written again and not returned.
     """
-    row = await conn.fetchrow(
-        INSERT_CHAT, message_id, project_address, sender_user_id, sender_wallet, body
+    if not messages:
+        return []
+    return await conn.fetch(
+        INSERT_CHATS,
+        [m.message_id for m in messages],
+        [m.project_address for m in messages],
+        [m.sender_user_id for m in messages],
+        [m.sender_wallet for m in messages],
+        [m.body for m in messages],
+        *events.event_arguments([(str(m.message_id), m.event()) for m in messages]),
     )
-    if row is None:
-        return None
-    event = NewEvent(
-        EventType.CHAT_MESSAGE,
-        project_address,
-        {
-            "messageId": str(row["id"]),
-            "projectAddress": project_address,
-            "senderUserId": str(sender_user_id),
-            "senderWalletAddress": sender_wallet,
-        },
-    )
-    await events.append(conn, [event])
-    return row
 
 
 async def get_message(conn: Conn, message_id: uuid.UUID) -> asyncpg.Record | None:
