@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import hmac
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Protocol
@@ -19,6 +20,7 @@ import jwt
 
 from marketplace.config import Settings
 from marketplace.errors import PrincipalMismatch, ServiceUnavailable, Unauthorized
+from marketplace.ttl_cache import TtlCache
 
 
 class PrincipalKind(enum.StrEnum):
@@ -71,6 +73,8 @@ class SessionClaims:
     issued_at: int
     # The `email` claim, when present and shaped like an address (see email_claim).
     email: str | None = None
+    # `exp`, Unix seconds (0: unknown, for claims not made from a token).
+    expires_at: float = 0.0
 
 
 # Bounds of a stored address (RFC 5321 limits a path to 256 octets; 320 is the common
@@ -95,6 +99,9 @@ def email_claim(value: object) -> str | None:
 
 
 # What a client learns about a refused token: a category, never the library's own wording.
+# Bounds the memory a flood of distinct valid tokens can take (about 1 KiB each).
+VERIFIED_TOKEN_CACHE_SIZE = 20_000
+
 _TOKEN_ERRORS: tuple[tuple[type[Exception], str], ...] = (
     (jwt.ExpiredSignatureError, "session token expired"),
     (jwt.ImmatureSignatureError, "session token is not valid yet (iat or nbf in the future)"),
@@ -123,6 +130,10 @@ class SessionVerifier:
         self._max_ttl = settings.jwt_max_ttl_seconds
         self._jwks: jwt.PyJWKClient | None = None
         self._key: str | None = None
+        # Verified tokens, so a client's every request does not pay the signature check again.
+        self._verified: TtlCache[str, SessionClaims] = TtlCache(
+            VERIFIED_TOKEN_CACHE_SIZE, clock=time.time
+        )
         if settings.jwt_secret is not None:
             self._key, self._algorithms = settings.jwt_secret.get_secret_value(), ["HS256"]
         elif settings.jwt_public_key:
@@ -139,6 +150,16 @@ class SessionVerifier:
             )
 
     async def verify(self, token: str) -> SessionClaims:
+        cached = self._verified.get(token)
+        if cached is not None:
+            return cached
+        claims = await self._verify(token)
+        # Until exp (PyJWT's own test, leeway included): the same token verifies the same way
+        # until then, whatever key rotation happens meanwhile.
+        self._verified.put(token, claims, claims.expires_at + self._leeway - time.time())
+        return claims
+
+    async def _verify(self, token: str) -> SessionClaims:
         try:
             if self._jwks is not None:
                 # PyJWKClient fetches over blocking urllib; keep it off the event loop.
@@ -192,6 +213,7 @@ class SessionVerifier:
             email_verified=claims.get("email_verified") is True,
             issued_at=int(issued_at),
             email=email_claim(claims.get("email")),
+            expires_at=expires_at,
         )
 
 

@@ -116,17 +116,45 @@ FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'schema_migrations'
 """
 
 
+BLOCKERS = """
+SELECT pid, application_name, state, now() - xact_start AS open_for, left(query, 200) AS query
+FROM pg_stat_activity WHERE pid = any(pg_blocking_pids($1))
+"""
+# A TRUNCATE waits for every transaction on the tables; longer than this means a leftover.
+RESET_PATIENCE_SECONDS = 15.0
+
+
 async def reset_state(servers: Servers) -> None:
     conn = await asyncpg.connect(servers.database_url)
     try:
         tables = await conn.fetchval(TRUNCATE_ALL)
         if tables:
-            await conn.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
+            truncate = asyncio.ensure_future(
+                conn.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
+            )
+            done, _ = await asyncio.wait({truncate}, timeout=RESET_PATIENCE_SECONDS)
+            if not done:
+                await _end_blockers(servers, conn.get_server_pid())
+            await truncate
     finally:
         await conn.close()
     client = redis_sync.Redis.from_url(servers.redis_url)
     client.flushdb()
     client.close()
+
+
+async def _end_blockers(servers: Servers, pid: int) -> None:
+    """A test's reset must not wait on what an earlier test left holding a lock (an actor's
+    transaction, say): log it and end its connection."""
+    other = await asyncpg.connect(servers.database_url)
+    try:
+        for row in await other.fetch(BLOCKERS, pid):
+            logging.getLogger("tests").warning(
+                "reset_state: ended a connection that blocked the TRUNCATE: %s", dict(row)
+            )
+            await other.execute("SELECT pg_terminate_backend($1)", row["pid"])
+    finally:
+        await other.close()
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -46,7 +45,7 @@ PROBE_FAILURES_BEFORE_RECONNECT = 3
 RECONNECT_BACKOFF_SECONDS = (1.0, 30.0)
 RECONNECT_RETRY_AFTER_SECONDS = 5
 RECONNECTING = "the actor runtime is reconnecting; retry shortly"
-# Pauses between the attempts of :meth:`ActorRuntime.call_idempotent` after the actor died or was
+# Pauses between the attempts of ``KeyedShards.run_idempotent`` after the shard died or was
 # unreachable mid-call. Ray restarts a killed actor in about 0.5-1.5 s; together these wait about
 # 5 s, which leaves room for a slow restart on a loaded machine before the caller gets its 503.
 RESTART_RETRY_DELAYS = (0.1, 0.2, 0.4, 0.8, 1.6, 2.0)
@@ -294,39 +293,6 @@ class ActorRuntime:
             ACTOR_CALL_LATENCY.labels(actor_name, method, outcome).observe(
                 time.perf_counter() - started
             )
-
-    async def call_idempotent(
-        self,
-        actor_name: str,
-        handle_for: Callable[[], Any],
-        method: str,
-        *args: Any,
-        delays: Sequence[float] = RESTART_RETRY_DELAYS,
-    ) -> Any:
-        """:meth:`call`, sent again with the same arguments while the actor dies or is being
-        restarted (:class:`ActorRestarting`), after each of ``delays``.
-
-        Only for calls whose repeat is harmless and answers what the first run decided (the
-        command carries an idempotency key under a UNIQUE constraint): the attempt that failed
-        may have committed before the actor died. Ray's own retry (``max_task_retries``) would
-        repeat every method of the actor; this repeats only the calls that ask for it. Timeouts
-        are not retried: an actor that is alive but slow would get the same work again.
-        ``handle_for`` is asked for the handle before each attempt, after the old one was
-        forgotten, so an actor that died for good is created again.
-        """
-        for delay in (*delays, None):
-            try:
-                return await self.call(actor_name, handle_for(), method, *args)
-            except ActorRestarting:
-                if delay is None:
-                    raise
-                log.warning(
-                    "actor died during an idempotent call; sending it again",
-                    extra={"actor": actor_name, "method": method, "retry_in_s": delay},
-                )
-                self.forget(actor_name)
-                await asyncio.sleep(delay)
-        raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def stable_shard(key: str, shard_count: int) -> int:

@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF_SECONDS = 10.0
 SWEEP_INTERVAL_SECONDS = 60.0
 SWEEP_BATCH = 10_000
+BATCH_INTERVAL_SECONDS = 0.01
 # Redis's answer to an XADD whose explicit id is not above the stream's last id.
 _ALREADY_IN_STREAM = "equal or smaller than the target stream top item"
 
@@ -61,6 +62,12 @@ class RelayConfig:
     retention: timedelta | None
     # How often a standby relay tries to become the active one.
     standby_interval: float
+    # After relaying a batch, events gather this long before the next read: under a steady
+    # stream of commits (each wakes the relay) batches grow instead of costing three round trips
+    # per event; an event that finds the relay idle still goes at once. bench/messaging.py: at
+    # about 400 events/s the relay and the stream readers took about 1 ms of CPU per event
+    # with none.
+    batch_interval: float = BATCH_INTERVAL_SECONDS
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RelayConfig:
@@ -147,6 +154,7 @@ class EventRelay:
                     await self._relay(conn, batch)
                     if len(batch) == self.config.batch_size:
                         continue
+                    await asyncio.sleep(self.config.batch_interval)
                 if self.config.retention is not None and loop.time() >= next_sweep:
                     await self._sweep(conn, self.config.retention)
                     next_sweep = loop.time() + SWEEP_INTERVAL_SECONDS

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from aiohttp import web
 
 from marketplace.http import keys
@@ -20,10 +22,12 @@ from marketplace.identity.models import (
     PublicLegalDocumentsResponse,
 )
 from marketplace.storage.repositories import legal as repo
+from marketplace.ttl_cache import TtlCache
 
 routes = RouteTable(tag="legal")
 
 LEGAL_CATALOG: web.AppKey[legal.LegalCatalog] = web.AppKey("legal_catalog", legal.LegalCatalog)
+LEGAL_ASSENTED: web.AppKey[TtlCache[uuid.UUID, bool]] = web.AppKey("legal_assented", TtlCache)
 PUBLIC_CACHE_CONTROL = "public, max-age=3600"
 
 
@@ -154,6 +158,7 @@ async def legal_assent_guard(call: Call[object, object, object]) -> None:
         call.settings.legal_acceptance_mode,
         call.require_principal(),
         f"{call.route.method} {call.route.path}",
+        call.app[LEGAL_ASSENTED],
     )
 
 
@@ -161,3 +166,4 @@ def setup(app: web.Application) -> None:
     # Loaded and checked against the configuration now: a required version without a file
     # stops the app from being built.
     app[LEGAL_CATALOG] = legal.load_catalog(app[keys.SETTINGS].legal_required_versions)
+    app[LEGAL_ASSENTED] = legal.assented_cache()

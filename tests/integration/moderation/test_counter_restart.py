@@ -74,12 +74,12 @@ def users_on_shard(index: int, count: int) -> list[uuid.UUID]:
 
 
 def unavailable_calls(text: str, actor: str) -> float:
+    """Shard calls that died with the shard (one command alone, or a batch of them)."""
     pattern = (
         r"marketplace_actor_call_duration_seconds_count\{"
-        rf'actor="{actor}",method="execute",outcome="unavailable"\}} ([0-9.e+]+)'
+        rf'actor="{actor}",method="execute(?:_batch)?",outcome="unavailable"\}} ([0-9.e+]+)'
     )
-    match = re.search(pattern, text)
-    return float(match.group(1)) if match else 0.0
+    return sum(float(count) for count in re.findall(pattern, text))
 
 
 async def test_killing_the_counter_actor_loses_and_doubles_no_offense(

@@ -196,3 +196,32 @@ async def test_router_refuses_a_command_of_another_family(servers: Servers) -> N
     with pytest.raises(TypeError, match="is a project command, not user"):
         await users.run(Step("0xaa", "wrong"))
     assert trace == []
+
+
+@dataclass(frozen=True)
+class Broken(ProjectCommand):
+    async def apply(self, ctx: ShardContext) -> None:
+        raise RuntimeError("a bug, not a refusal")
+
+
+async def test_a_batch_answers_each_command_on_its_own(single_shard: KeyedShard) -> None:
+    refused = UpsertBidDraft(
+        project_address="0x" + "ab" * 20,
+        user_id=uuid.uuid4(),
+        bidder_address="0x" + "cd" * 20,
+        draft_hash="0x" + "11" * 32,
+        artifact_uri=None,
+        notes=None,
+    )
+    outcomes = await single_shard.execute_batch(
+        [Step("0xaa", "one"), refused, Broken("0xbb"), Step("0xAA", "two")]
+    )
+    assert outcomes[0] == (True, (0, 42)) and outcomes[3] == (True, (0, 42))
+    ok, error = outcomes[1]
+    assert not ok and isinstance(error, WalletNotLinked)
+    # A bug inside one command is logged by the shard and answered as a 503, for that one only.
+    ok, error = outcomes[2]
+    assert not ok and isinstance(error, ServiceUnavailable) and error.status == 503
+    # Same key, one writer: the second step of 0xaa ran after the first.
+    assert trace == ["one in", "one out", "two in", "two out"]
+    assert single_shard.held_keys == 0
