@@ -4,6 +4,7 @@ declared like the real send routes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import uuid
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from marketplace.http import keys
-from marketplace.http.moderation_gate import screen_message
+from marketplace.http.moderation_gate import NOT_SUSPENDED_TTL_SECONDS, screen_message
 from marketplace.http.routing import AuthMode, RouteTable
 from marketplace.moderation.errors import OffensiveContent, SendingSuspended
 from tests.api.identity.conftest import GUARDED_PATH
@@ -85,6 +86,31 @@ async def test_the_threshold_suspends_every_send_until_an_admin_lifts_it(
 
     assert (await client.delete(lift_path(user.user_id), headers=admin.headers)).status == 204
     assert (await send(client, user, "sorry about that")).status == 201
+
+
+async def test_a_suspension_made_elsewhere_applies_within_the_not_suspended_window(
+    client: Any, db: Any
+) -> None:
+    """A frontend trusts "not suspended" for NOT_SUSPENDED_TTL_SECONDS; a suspension written by
+    another frontend (here: straight into the table) applies once that has passed."""
+    user = await signed_in(client)
+    assert (await send(client, user, "hello")).status == 201
+    offense = uuid.uuid4()
+    await db.execute(
+        "INSERT INTO moderation_offenses (id, user_id, term, context) "
+        "VALUES ($1, $2, 'badword-canary', 'direct')",
+        offense,
+        user.user_id,
+    )
+    await db.execute(
+        "INSERT INTO moderation_suspensions (user_id, offense_id, ends_at) "
+        "VALUES ($1, $2, now() + interval '1 hour')",
+        user.user_id,
+        offense,
+    )
+    await asyncio.sleep(NOT_SUSPENDED_TTL_SECONDS + 0.1)
+    refused = await error_of(await send(client, user, "hello again"), 403)
+    assert refused["error"] == "sending_suspended"
 
 
 async def test_screen_message_called_directly(client: Any, db: Any) -> None:
