@@ -335,6 +335,59 @@ CREATE TABLE public.moderation_suspensions (
     CONSTRAINT moderation_suspensions_span CHECK ((ends_at > starts_at))
 );
 
+CREATE TABLE public.notification_consumer_cursor (
+    singleton boolean DEFAULT true NOT NULL,
+    last_event_id bigint DEFAULT 0 NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT notification_consumer_cursor_last_event_id_check CHECK ((last_event_id >= 0)),
+    CONSTRAINT notification_consumer_cursor_singleton_check CHECK (singleton)
+);
+
+CREATE TABLE public.notification_deliveries (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    seq bigint NOT NULL,
+    event_id bigint NOT NULL,
+    event_type text NOT NULL,
+    recipient_user_id uuid NOT NULL,
+    channel text DEFAULT 'email'::text NOT NULL,
+    status text NOT NULL,
+    reason text,
+    attempts integer DEFAULT 0 NOT NULL,
+    last_error text,
+    subject text NOT NULL,
+    email text,
+    job_id bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    sent_at timestamp with time zone,
+    CONSTRAINT notification_deliveries_attempts_check CHECK ((attempts >= 0)),
+    CONSTRAINT notification_deliveries_channel_check CHECK ((channel = 'email'::text)),
+    CONSTRAINT notification_deliveries_email_check CHECK (((email IS NULL) OR ((char_length(email) >= 3) AND (char_length(email) <= 320)))),
+    CONSTRAINT notification_deliveries_event_type_check CHECK ((event_type = ANY (ARRAY['bid_draft'::text, 'dispute_evidence'::text, 'project_chat_message'::text, 'direct_message'::text]))),
+    CONSTRAINT notification_deliveries_last_error_check CHECK (((last_error IS NULL) OR (char_length(last_error) <= 2000))),
+    CONSTRAINT notification_deliveries_reason_check CHECK (((reason IS NULL) OR (reason ~ '^[a-z_]{1,40}$'::text))),
+    CONSTRAINT notification_deliveries_sent CHECK (((status = 'sent'::text) = (sent_at IS NOT NULL))),
+    CONSTRAINT notification_deliveries_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'sent'::text, 'failed'::text, 'rate_limited'::text, 'suppressed'::text]))),
+    CONSTRAINT notification_deliveries_subject_check CHECK (((char_length(subject) >= 1) AND (char_length(subject) <= 300)))
+);
+
+ALTER TABLE public.notification_deliveries ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.notification_deliveries_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.notification_preferences (
+    user_id uuid NOT NULL,
+    event_type text NOT NULL,
+    email boolean NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT notification_preferences_event_type_check CHECK ((event_type = ANY (ARRAY['bid_draft'::text, 'dispute_evidence'::text, 'project_chat_message'::text, 'direct_message'::text])))
+);
+
 CREATE TABLE public.project_create_intents (
     intent_id uuid NOT NULL,
     user_id uuid NOT NULL,
@@ -592,6 +645,21 @@ ALTER TABLE ONLY public.moderation_suspensions
 ALTER TABLE ONLY public.moderation_suspensions
     ADD CONSTRAINT moderation_suspensions_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY public.notification_consumer_cursor
+    ADD CONSTRAINT notification_consumer_cursor_pkey PRIMARY KEY (singleton);
+
+ALTER TABLE ONLY public.notification_deliveries
+    ADD CONSTRAINT notification_deliveries_once UNIQUE (event_id, recipient_user_id);
+
+ALTER TABLE ONLY public.notification_deliveries
+    ADD CONSTRAINT notification_deliveries_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.notification_deliveries
+    ADD CONSTRAINT notification_deliveries_seq_key UNIQUE (seq);
+
+ALTER TABLE ONLY public.notification_preferences
+    ADD CONSTRAINT notification_preferences_pkey PRIMARY KEY (user_id, event_type);
+
 ALTER TABLE ONLY public.project_create_intents
     ADD CONSTRAINT project_create_intents_pkey PRIMARY KEY (intent_id);
 
@@ -662,6 +730,10 @@ CREATE INDEX moderation_offenses_list ON public.moderation_offenses USING btree 
 CREATE INDEX moderation_suspensions_by_user ON public.moderation_suspensions USING btree (user_id, starts_at DESC);
 
 CREATE INDEX moderation_suspensions_unlifted ON public.moderation_suspensions USING btree (user_id, ends_at DESC) WHERE (lifted_at IS NULL);
+
+CREATE INDEX notification_deliveries_recipient ON public.notification_deliveries USING btree (recipient_user_id, seq DESC);
+
+CREATE INDEX notification_deliveries_window ON public.notification_deliveries USING btree (recipient_user_id, event_type, created_at DESC) WHERE (status = ANY (ARRAY['queued'::text, 'sent'::text, 'failed'::text]));
 
 CREATE INDEX project_create_intents_by_user ON public.project_create_intents USING btree (user_id, created_at DESC);
 
@@ -758,6 +830,12 @@ ALTER TABLE ONLY public.moderation_suspensions
 
 ALTER TABLE ONLY public.moderation_suspensions
     ADD CONSTRAINT moderation_suspensions_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(user_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.notification_deliveries
+    ADD CONSTRAINT notification_deliveries_recipient_user_id_fkey FOREIGN KEY (recipient_user_id) REFERENCES public.users(user_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.notification_preferences
+    ADD CONSTRAINT notification_preferences_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(user_id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.project_create_intents
     ADD CONSTRAINT project_create_intents_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(user_id) ON DELETE CASCADE;

@@ -1,0 +1,1 @@
+"""Lifecycle e-mails made from the change-event outbox (docs/notifications.md)."""
