@@ -215,6 +215,7 @@ def app_settings(env: Env, mode: str, poll_ms: int, closed_ws: str) -> Settings:
         ray_address="",
         ray_namespace=f"marketplace-bench-freshness-{os.getpid()}",
         jwt_secret=SecretStr("bench-secret-" + "f" * 32),
+        notification_unsubscribe_secret=SecretStr("bench-unsubscribe-" + "u" * 32),
         rate_limit_enabled=False,
         log_json=False,
         log_level="WARNING",

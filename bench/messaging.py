@@ -215,6 +215,7 @@ def serve_ours(args: argparse.Namespace) -> None:
         ray_address="",
         ray_namespace="marketplace-bench-messaging",
         jwt_secret=SecretStr(JWT_SECRET),
+        notification_unsubscribe_secret=SecretStr("bench-unsubscribe-" + "u" * 32),
         rate_limit_enabled=False,
         log_level=args.log_level,
         **overrides,

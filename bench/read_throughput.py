@@ -223,6 +223,7 @@ def serve_ours(args: argparse.Namespace) -> None:
         ray_address=args.ray_address,
         ray_namespace="marketplace-bench",
         jwt_secret=SecretStr(args.jwt_secret),
+        notification_unsubscribe_secret=SecretStr("bench-unsubscribe-" + "u" * 32),
         project_shards=1,
         rate_limit_enabled=args.rate_limit,
         rate_limit_default="100000000/60",

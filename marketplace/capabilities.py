@@ -162,6 +162,13 @@ CAPABILITIES: tuple[Capability, ...] = (
         ),
     ),
     Capability(
+        name="notifications",
+        summary="the notification delivery log, preferences and one-click unsubscribe links",
+        routes=(f"{ROUTES}.notifications:routes",),
+        # Reads the unsubscribe secret: the app does not start without one.
+        setup=(f"{ROUTES}.notifications:setup",),
+    ),
+    Capability(
         name="stream",
         summary="the live event stream (Server-Sent Events) of the events each user may see",
         routes=(f"{ROUTES}.stream:routes",),

@@ -74,6 +74,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     missing = [n for n in ("database_url", "redis_url") if not getattr(settings, n)]
     if not (settings.jwt_secret or settings.jwt_public_key or settings.jwks_url):
         missing.append("jwt_secret | jwt_public_key | jwks_url")
+    if settings.notification_unsubscribe_secret is None:
+        missing.append("notification_unsubscribe_secret")
     if missing:
         print(
             "serve uses external dependencies only; set "

@@ -35,6 +35,7 @@ from marketplace.storage.migrations import migrate_dsn
 
 JWT_SECRET = "test-session-secret-" + "x" * 24
 SCHEDULER_SECRET = "test-scheduler-secret-" + "y" * 24
+UNSUBSCRIBE_SECRET = "test-unsubscribe-secret-" + "z" * 24
 
 
 @dataclass
@@ -95,6 +96,7 @@ def make_settings(servers: Servers, **overrides: Any) -> Settings:
         "ray_namespace": "marketplace-test",
         "jwt_secret": SecretStr(JWT_SECRET),
         "scheduler_secret": SecretStr(SCHEDULER_SECRET),
+        "notification_unsubscribe_secret": SecretStr(UNSUBSCRIBE_SECRET),
         "project_shards": 2,
         "rate_limit_default": "10000/60",
         # Tests send many bad credentials on purpose; the limit itself has its own tests.

@@ -81,7 +81,7 @@ def local_runtime_options() -> dict[str, Any]:
 def settings_for_actor(settings: Settings, **overrides: Any) -> dict[str, Any]:
     """Settings as plain data for an actor constructor (actors rebuild their own Settings)."""
     data = settings.model_dump(mode="json")
-    for secret in ("jwt_secret", "scheduler_secret"):
+    for secret in ("jwt_secret", "scheduler_secret", "notification_unsubscribe_secret"):
         data.pop(secret, None)
     data.update(overrides)
     return data

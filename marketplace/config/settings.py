@@ -181,6 +181,12 @@ class Settings(BaseSettings):
     # disconnected (it resumes with Last-Event-ID) instead of holding events for others.
     stream_queue_size: int = Field(default=256, ge=1, le=100_000)
 
+    # --- notifications; see docs/notifications.md ----------------------------------------------
+    # Key of the HMAC-SHA256 that signs one-click unsubscribe links (at least 32 characters).
+    # `marketplace up` keeps one in the data dir when unset; `marketplace serve` refuses to start
+    # without it. Changing it invalidates every unsubscribe link already mailed.
+    notification_unsubscribe_secret: SecretStr | None = None
+
     @field_validator("dispute_admin_wallets")
     @classmethod
     def _check_wallets(cls, value: list[str]) -> list[str]:
@@ -204,6 +210,15 @@ class Settings(BaseSettings):
                 load_terms_file(value)
             except ValueError as exc:
                 raise ValueError(f"MARKETPLACE_MODERATION_TERMS_FILE: {exc}") from None
+        return value
+
+    @field_validator("notification_unsubscribe_secret")
+    @classmethod
+    def _check_unsubscribe_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 32:
+            raise ValueError(
+                "MARKETPLACE_NOTIFICATION_UNSUBSCRIBE_SECRET must be at least 32 characters"
+            )
         return value
 
     @field_validator("jobs_workers")
@@ -248,6 +263,10 @@ class Settings(BaseSettings):
     @property
     def dev_secret_path(self) -> Path:
         return self.data_dir / "dev-jwt-secret"
+
+    @property
+    def dev_notification_secret_path(self) -> Path:
+        return self.data_dir / "dev-notification-secret"
 
     @property
     def metrics_allow_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:

@@ -84,6 +84,15 @@ def dev_session_secret(settings: Settings) -> Settings:
     return settings.model_copy(update={"jwt_secret": SecretStr(secret)})
 
 
+def dev_notification_secret(settings: Settings) -> Settings:
+    """Dev mode: without ``MARKETPLACE_NOTIFICATION_UNSUBSCRIBE_SECRET``, sign unsubscribe links
+    with a secret kept in the data dir, so links mailed before a restart still work."""
+    if settings.notification_unsubscribe_secret is not None:
+        return settings
+    secret = read_or_create_secret(settings.dev_notification_secret_path)
+    return settings.model_copy(update={"notification_unsubscribe_secret": SecretStr(secret)})
+
+
 def start_chain(settings: Settings, started: list[Stoppable]) -> Settings:
     from marketplace.devnet.node import start_devnet
 
@@ -109,7 +118,7 @@ class EmbeddedStack:
         except BaseException:
             self.stop()
             raise
-        return dev_session_secret(settings)
+        return dev_notification_secret(dev_session_secret(settings))
 
     def pids(self) -> dict[str, int]:
         pids: dict[str, int] = {}

@@ -32,7 +32,7 @@ from marketplace.errors import (
     Unauthorized,
     UnsupportedMediaType,
 )
-from marketplace.http.routing import AuthMode, Route
+from marketplace.http.routing import FORM_MEDIA_TYPES, AuthMode, Route
 from marketplace.moderation.errors import OffensiveContent, SendingSuspended
 from marketplace.types import ResponseModel
 
@@ -351,9 +351,10 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> dict[
             examples = _body_examples(body_schema, schemas)
             if examples:
                 media["examples"] = examples
+            media_types = FORM_MEDIA_TYPES if route.body_form else ("application/json",)
             operation["requestBody"] = {
                 "required": not optional,
-                "content": {"application/json": media},
+                "content": {media_type: media for media_type in media_types},
             }
         responses: dict[str, Any] = {}
         if route.response is not None:
@@ -364,6 +365,11 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> dict[
                 "content": {
                     route.response_content_type: {"schema": refs[(route.response, "serialization")]}
                 },
+            }
+        elif route.response_content_type != "application/json":
+            responses[str(route.status)] = {
+                "description": "OK",
+                "content": {route.response_content_type: {"schema": {"type": "string"}}},
             }
         else:
             responses[str(route.status)] = {"description": "OK"}
@@ -506,7 +512,16 @@ SPEC_AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "DELETE /v1/moderation/suspensions/{userId}",
         ),
     ),
-    ("Notifications", ("GET /v1/notifications/deliveries",)),
+    (
+        "Notifications",
+        (
+            "GET /v1/notifications/deliveries",
+            "GET /v1/notifications/preferences",
+            "PUT /v1/notifications/preferences",
+            "GET /v1/notifications/unsubscribe",
+            "POST /v1/notifications/unsubscribe",
+        ),
+    ),
     (
         "Leaderboards and agent profiles",
         (

@@ -150,6 +150,9 @@ class Route:
     exclude_none: bool = False
     description: str = ""
     response_content_type: str = "application/json"
+    # The body is an HTML form (application/x-www-form-urlencoded or multipart/form-data, text
+    # fields only) instead of JSON: RFC 8058 one-click unsubscribe posts one.
+    body_form: bool = False
 
     def __post_init__(self) -> None:
         if self.sends_messages and not self.guarded:
@@ -387,6 +390,30 @@ async def _validate_body(request: web.Request, model: type[BaseModel]) -> BaseMo
         raise _invalid(exc, "body") from None
 
 
+FORM_MEDIA_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+async def _validate_form(request: web.Request, model: type[BaseModel]) -> BaseModel:
+    """Parse an HTML form body (text fields only; the last of repeated fields wins) and validate
+    it like a query. An empty body counts as an empty form."""
+    if request.body_exists and request.content_type not in FORM_MEDIA_TYPES:
+        raise UnsupportedMediaType(
+            f"request bodies must be one of {', '.join(FORM_MEDIA_TYPES)}, "
+            f"not {request.content_type!r}"
+        )
+    try:
+        form = await request.post() if request.body_exists else {}
+    except (ValueError, web.RequestPayloadError):
+        request.content.feed_eof()
+        raise InvalidRequest("request body is not a readable form") from None
+    data: dict[str, Any] = {}
+    for name, value in form.items():
+        if not isinstance(value, str):
+            raise InvalidRequest(f"form field {name!r} must be text, not a file")
+        data[name] = value
+    return _validate(model, data, "body")
+
+
 # --- the adapter ------------------------------------------------------------------------------
 
 
@@ -410,7 +437,9 @@ def make_endpoint(route: Route) -> Callable[[web.Request], Awaitable[web.StreamR
         if route.header_params is not None:
             data = _header_data(request, route.header_params)
             call.headers = _validate(route.header_params, data, "header")
-        if route.body is not None:
+        if route.body is not None and route.body_form:
+            call.body = await _validate_form(request, route.body)
+        elif route.body is not None:
             call.body = await _validate_body(request, route.body)
         result = await route.handler(call)
         return render(route, result)

@@ -79,6 +79,7 @@ def _document() -> dict[str, Any]:
         database_url="postgresql://unused",
         redis_url="redis://unused",
         jwt_secret=SecretStr("unused-" + "x" * 32),
+        notification_unsubscribe_secret=SecretStr("unused-" + "u" * 32),
     )
     routes = create_app(settings)[ROUTES]
     return build_openapi(routes, title=API_TITLE, description=api_description(routes))

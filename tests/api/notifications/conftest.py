@@ -1,0 +1,97 @@
+"""Helpers of the notifications API tests: users, delivery rows, unsubscribe tokens.
+
+Delivery rows are inserted straight into ``notification_deliveries`` (the consumer and the send
+jobs that write them have their own tests); the API only reads them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import pytest
+
+from tests.api.messaging.conftest import moderation_admin, signed_in
+from tests.api.records.conftest import AppFactory, error_code
+from tests.conftest import UNSUBSCRIBE_SECRET, Servers, make_settings
+
+__all__ = ["error_code", "moderation_admin", "signed_in"]
+
+UNSUBSCRIBE_KEY = UNSUBSCRIBE_SECRET.encode()
+EVENT_TYPES = ("bid_draft", "dispute_evidence", "project_chat_message", "direct_message")
+ALL_ON = {event_type: {"email": True} for event_type in EVENT_TYPES}
+
+INSERT_DELIVERY = """
+INSERT INTO notification_deliveries
+    (event_id, event_type, recipient_user_id, status, reason, attempts, last_error, subject,
+     email, sent_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+        CASE WHEN $4 = 'sent' THEN now() END)
+RETURNING id, seq
+"""
+
+_next_event_id = iter(range(1, 10**9))
+
+
+@pytest.fixture
+def make_client(
+    aiohttp_client: Any, servers: Servers, ray_cluster: None, clean_state: None
+) -> AppFactory:
+    from marketplace.http.app import create_app
+
+    async def build(**overrides: Any) -> Any:
+        return await aiohttp_client(create_app(make_settings(servers, **overrides)))
+
+    return build
+
+
+@pytest.fixture
+async def client(make_client: AppFactory) -> Any:
+    return await make_client()
+
+
+@pytest.fixture
+async def db(servers: Servers, client: Any) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(servers.database_url)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+async def add_delivery(
+    db: asyncpg.Connection,
+    recipient: uuid.UUID,
+    *,
+    event_type: str = "direct_message",
+    status: str = "sent",
+    reason: str | None = None,
+    attempts: int = 1,
+    last_error: str | None = None,
+    subject: str = "New direct message",
+) -> uuid.UUID:
+    row = await db.fetchrow(
+        INSERT_DELIVERY,
+        next(_next_event_id),
+        event_type,
+        recipient,
+        status,
+        reason,
+        attempts,
+        last_error,
+        subject,
+        None if status == "suppressed" else "someone@example.com",
+    )
+    assert row is not None
+    delivery_id: uuid.UUID = row["id"]
+    return delivery_id
+
+
+async def deliveries(client: Any, headers: dict[str, str], **params: Any) -> Any:
+    return await client.get(
+        "/v1/notifications/deliveries",
+        params={k: str(v) for k, v in params.items()},
+        headers=headers,
+    )
