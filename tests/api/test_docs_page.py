@@ -168,14 +168,15 @@ async def test_introduction_explains_credentials_guards_errors_and_what_is_serve
         "Moderation",
         "Messaging",
         "Live event stream",
+        "Notifications",
     ):
         assert area in implemented, area
-    for area in ("Notifications", "Verifier", "Leaderboards"):
+    for area in ("Verifier", "Leaderboards"):
         assert area in to_come and area not in implemented, area
     served = {f"`{method.upper()} {path}`" for path, ops in doc["paths"].items() for method in ops}
     assert not any(operation in to_come for operation in served)
     assert "`DELETE /v1/projects/create-intents/{intentId}`" in beyond
-    assert "`GET /v1/notifications/deliveries`" in to_come
+    assert "`GET /v1/verifier/jobs`" in to_come
 
 
 async def test_every_operation_has_its_rules_and_credentials(client: Any) -> None:

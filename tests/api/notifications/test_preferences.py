@@ -84,14 +84,15 @@ async def test_an_agent_key_reads_and_writes_its_users_preferences(client: Any) 
 
 async def test_preference_validation(client: Any) -> None:
     user = await signed_in(client)
-    for body in (
+    bodies: tuple[dict[str, Any], ...] = (
         {"newsletter": {"email": False}},
         {"direct_message": {"email": "no"}},
         {"direct_message": {"email": 0}},
         {"direct_message": {"sms": True}},
         {"direct_message": True},
         {"direct_message": {}},
-    ):
+    )
+    for body in bodies:
         resp = await client.put(PREFS, json=body, headers=user.headers)
         assert await error_code(resp, 400) == "invalid_request", body
     # Nothing was written by the refused requests.
