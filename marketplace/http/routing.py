@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar, get_args, get_origin
 import asyncpg
 import redis.asyncio as aioredis
 from aiohttp import hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel, ValidationError
 
 from marketplace.auth import (
@@ -403,8 +404,12 @@ async def _validate_form(request: web.Request, model: type[BaseModel]) -> BaseMo
         )
     try:
         form = await request.post() if request.body_exists else {}
-    except (ValueError, web.RequestPayloadError):
-        request.content.feed_eof()
+    except web.RequestPayloadError:
+        request.content.feed_eof()  # as in _validate_body: the framing itself is broken
+        raise InvalidRequest("request body could not be decoded") from None
+    except (ValueError, LookupError, HttpProcessingError):
+        # A malformed multipart part (bad part headers, unknown charset, ...); the body's
+        # framing is intact, so aiohttp drains the rest and the connection stays usable.
         raise InvalidRequest("request body is not a readable form") from None
     data: dict[str, Any] = {}
     for name, value in form.items():

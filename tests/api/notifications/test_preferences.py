@@ -259,3 +259,23 @@ def _swap_type(token: str, code: int) -> str:
     raw = bytearray(base64.urlsafe_b64decode(token[3:] + "=" * (-len(token[3:]) % 4)))
     raw[16] = code
     return "u1." + base64.urlsafe_b64encode(bytes(raw)).rstrip(b"=").decode()
+
+
+async def test_a_malformed_multipart_body_is_400_not_500(client: Any) -> None:
+    """Found by the schemathesis fuzzer: a part header that is not valid HTTP made aiohttp's
+    form parser raise InvalidHeader, answered as 500."""
+    user = await signed_in(client)
+    boundary = "XyZ"
+    body = (
+        f"--{boundary}\r\n".encode()
+        + b'Content-Disposition: form-data; name="\xc2\xa3\x0cnN"\r\n\r\nOne-Click\r\n'
+        + f"--{boundary}--\r\n".encode()
+    )
+    resp = await client.post(
+        UNSUBSCRIBE,
+        params={"token": token_for(user.user_id, "direct_message")},
+        data=body,
+        headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
+    )
+    assert await error_code(resp, 400) == "invalid_request"
+    assert await get_prefs(client, user.headers) == ALL_ON
