@@ -80,6 +80,12 @@ async def email_enabled(conn: Conn, user_id: uuid.UUID, event_type: Notification
     return await repo.email_enabled(conn, user_id, event_type.value)
 
 
+async def target_state(conn: Conn, target: UnsubscribeTarget) -> bool | None:
+    """Whether the target user gets e-mail of the target type now, or None when the user does
+    not exist (the unsubscribe page's view)."""
+    return await repo.preference_state(conn, target.user_id, target.event_type.value)
+
+
 async def unsubscribe(conn: Conn, target: UnsubscribeTarget) -> bool:
     """Turn e-mail of one event type off for one user; idempotent. False when the user does not
     exist (nothing written)."""

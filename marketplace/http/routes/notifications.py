@@ -9,7 +9,7 @@ mail client or security scanner that prefetches links unsubscribes nobody.
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 from aiohttp import web
@@ -162,7 +162,7 @@ class UnsubscribeResponse(ResponseModel):
     """The link's recipient no longer gets e-mail of this event type."""
 
     eventType: NotificationEventType
-    email: bool = Field(description="always false: e-mail of this type is off")
+    email: Literal[False] = Field(description="always false: e-mail of this type is off")
 
 
 def _target(call: Call[Any, UnsubscribeQuery, None]) -> UnsubscribeTarget:
@@ -200,9 +200,12 @@ async def show_unsubscribe(call: Call[None, UnsubscribeQuery, None]) -> web.Stre
     """An HTML page naming the event type the link is about, whether its e-mails are on, and a
     button that posts the one-click form to this URL. It unsubscribes nobody: mail clients and
     link scanners fetch links on their own, and RFC 8058 puts the action in the `POST`. A
-    malformed or forged token is 400 `invalid_unsubscribe_token` (JSON)."""
+    malformed or forged token, or one of an account that no longer exists, is 400
+    `invalid_unsubscribe_token` (JSON)."""
     target = _target(call)
-    enabled = await preferences.email_enabled(call.pool, target.user_id, target.event_type)
+    enabled = await preferences.target_state(call.pool, target)
+    if enabled is None:
+        raise InvalidUnsubscribeToken()
     label = html.escape(EVENT_LABELS[target.event_type])
     if not enabled:
         return _page("Unsubscribed", f"<p>You no longer get e-mails about {label}.</p>")

@@ -62,6 +62,13 @@ SELECT_EMAIL_ENABLED = """
 SELECT email FROM notification_preferences WHERE user_id = $1 AND event_type = $2
 """
 
+# Whether the user exists, and their stored preference for one type (NULL: none stored).
+SELECT_PREFERENCE_STATE = """
+SELECT EXISTS (SELECT 1 FROM users WHERE user_id = $1) AS user_exists,
+       (SELECT email FROM notification_preferences WHERE user_id = $1 AND event_type = $2)
+           AS email
+"""
+
 
 async def delivery_page(
     conn: Conn,
@@ -103,3 +110,13 @@ async def email_enabled(conn: Conn, user_id: uuid.UUID, event_type: str) -> bool
     """Whether the user gets e-mail of this type (True unless a row says otherwise)."""
     value = await conn.fetchval(SELECT_EMAIL_ENABLED, user_id, event_type)
     return True if value is None else bool(value)
+
+
+async def preference_state(conn: Conn, user_id: uuid.UUID, event_type: str) -> bool | None:
+    """Whether the user gets e-mail of this type (True unless a row says otherwise), or None
+    when the user does not exist."""
+    row = await conn.fetchrow(SELECT_PREFERENCE_STATE, user_id, event_type)
+    assert row is not None
+    if not row["user_exists"]:
+        return None
+    return True if row["email"] is None else bool(row["email"])

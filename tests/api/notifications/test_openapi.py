@@ -56,3 +56,5 @@ async def test_openapi_lists_the_notifications_routes(client: Any) -> None:
     assert "invalid_unsubscribe_token" in unsubscribe["post"]["responses"]["400"]["description"]
     assert "text/html" in unsubscribe["get"]["responses"]["200"]["content"]
     assert "429" in unsubscribe["post"]["responses"]
+    answer = schemas["UnsubscribeResponse"]["properties"]
+    assert answer["email"]["const"] is False

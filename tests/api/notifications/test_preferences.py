@@ -8,6 +8,7 @@ from typing import Any
 import aiohttp
 import asyncpg
 
+from marketplace.notifications import preferences
 from marketplace.notifications.models import NotificationEventType
 from marketplace.notifications.unsubscribe import make_token, read_token, unsubscribe_url
 from tests.api.identity.conftest import agent, create_key
@@ -111,7 +112,9 @@ async def test_preferences_need_a_principal_and_put_is_guarded(client: Any) -> N
     assert await get_prefs(client, unverified.headers) == ALL_ON
 
 
-async def test_one_click_unsubscribes_that_type_only_and_is_idempotent(client: Any) -> None:
+async def test_one_click_unsubscribes_that_type_only_and_is_idempotent(
+    client: Any, db: asyncpg.Connection
+) -> None:
     user = await signed_in(client)
     token = token_for(user.user_id, "project_chat_message")
 
@@ -135,6 +138,11 @@ async def test_one_click_unsubscribes_that_type_only_and_is_idempotent(client: A
             **ALL_ON,
             "project_chat_message": {"email": False},
         }
+
+    # The pipeline's check sees it.
+    chat, dm = NotificationEventType.PROJECT_CHAT_MESSAGE, NotificationEventType.DIRECT_MESSAGE
+    assert await preferences.email_enabled(db, user.user_id, chat) is False
+    assert await preferences.email_enabled(db, user.user_id, dm) is True
 
     # The confirmation page now says so, without a button.
     resp = await client.get(UNSUBSCRIBE, params={"token": token})
@@ -197,6 +205,8 @@ async def test_forged_and_foreign_tokens_are_refused(client: Any, db: asyncpg.Co
     # A genuine token of an account that does not exist writes nothing.
     ghost = token_for(uuid.uuid4(), "direct_message")
     resp = await one_click(client, ghost)
+    assert await error_code(resp, 400) == "invalid_unsubscribe_token"
+    resp = await client.get(UNSUBSCRIBE, params={"token": ghost})
     assert await error_code(resp, 400) == "invalid_unsubscribe_token"
     assert await db.fetchval("SELECT count(*) FROM notification_preferences") == 0
 
