@@ -81,8 +81,14 @@ def local_runtime_options() -> dict[str, Any]:
 def settings_for_actor(settings: Settings, **overrides: Any) -> dict[str, Any]:
     """Settings as plain data for an actor constructor (actors rebuild their own Settings)."""
     data = settings.model_dump(mode="json")
-    for secret in ("jwt_secret", "scheduler_secret", "notification_unsubscribe_secret"):
+    for secret in ("jwt_secret", "scheduler_secret"):
         data.pop(secret, None)
+    # JSON mode masks secrets as "**********"; actors that compose notification e-mails sign
+    # their unsubscribe links, so this one is handed over in clear (or left unset).
+    unsubscribe = settings.notification_unsubscribe_secret
+    data["notification_unsubscribe_secret"] = (
+        unsubscribe.get_secret_value() if unsubscribe is not None else None
+    )
     data.update(overrides)
     return data
 

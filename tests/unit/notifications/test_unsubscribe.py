@@ -92,3 +92,16 @@ def test_serve_refuses_to_start_without_the_secret() -> None:
     )
     assert done.returncode == 2, done.stderr
     assert "MARKETPLACE_NOTIFICATION_UNSUBSCRIBE_SECRET" in done.stderr
+
+
+def test_actors_get_the_unsubscribe_secret_but_not_the_session_secrets() -> None:
+    from marketplace.actors.runtime import settings_for_actor
+
+    secret = "a" * 40
+    settings = Settings(
+        jwt_secret=SecretStr("j" * 40), notification_unsubscribe_secret=SecretStr(secret)
+    )
+    rebuilt = Settings(**settings_for_actor(settings))
+    assert rebuilt.jwt_secret is None
+    assert unsubscribe_key(rebuilt) == secret.encode()
+    assert Settings(**settings_for_actor(Settings())).notification_unsubscribe_secret is None
