@@ -12,6 +12,7 @@ from __future__ import annotations
 import email.policy
 import html
 import re
+import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.headerregistry import Address
@@ -174,4 +175,7 @@ def compose(
         )
     parts.append("</body></html>")
     message.add_alternative("\n".join(parts) + "\n", subtype="html", cte="quoted-printable")
+    # Fixed now rather than drawn anew each time the message is flattened, so every send of it
+    # puts the same bytes on the wire. "=_" cannot occur in the quoted-printable parts.
+    message.set_boundary(f"=_{secrets.token_hex(16)}")
     return message

@@ -93,7 +93,8 @@ def test_notification_settings_defaults_and_bounds() -> None:
 
 
 @pytest.mark.parametrize(
-    "value", ["not an address", "a@b.example, c@d.example", "Evil <x@y.example>\r\nBcc: z@z.example"]
+    "value",
+    ["not an address", "a@b.example, c@d.example", "Evil <x@y.example>\r\nBcc: z@z.example"],
 )
 def test_mail_from_must_be_one_clean_address(value: str) -> None:
     with pytest.raises(ValueError):
