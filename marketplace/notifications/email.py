@@ -103,7 +103,10 @@ def check_mail_from(value: str) -> str:
     pairs = getaddresses([value])
     if len(pairs) != 1 or not pairs[0][1]:
         raise ValueError(f"MARKETPLACE_MAIL_FROM is not one address: {value!r}")
-    check_address(pairs[0][1])
+    try:
+        check_address(pairs[0][1])
+    except ValueError as exc:
+        raise ValueError(f"MARKETPLACE_MAIL_FROM: {exc}") from None
     return value
 
 

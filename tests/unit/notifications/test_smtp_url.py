@@ -86,9 +86,9 @@ def test_notification_settings_defaults_and_bounds() -> None:
     assert settings.notification_max_attempts == 5
     assert Settings(notification_preview_chars=0).notification_preview_chars == 0
     for bad in ({"notification_preview_chars": -1}, {"notification_preview_chars": 2001}):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="notification_preview_chars"):
             Settings(**bad)  # type: ignore[arg-type]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="notification_max_attempts"):
         Settings(notification_max_attempts=0)
 
 
@@ -97,7 +97,7 @@ def test_notification_settings_defaults_and_bounds() -> None:
     ["not an address", "a@b.example, c@d.example", "Evil <x@y.example>\r\nBcc: z@z.example"],
 )
 def test_mail_from_must_be_one_clean_address(value: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="MARKETPLACE_MAIL_FROM"):
         Settings(mail_from=value)
 
 
@@ -105,3 +105,19 @@ def test_mail_from_accepts_a_display_name() -> None:
     assert Settings(mail_from="Shop <noreply@shop.example>").mail_from == (
         "Shop <noreply@shop.example>"
     )
+
+
+def test_mail_errors_survive_pickling_with_their_fields() -> None:
+    import pickle
+
+    from marketplace.notifications.mailer import PermanentMailError, TransientMailError
+
+    for error in (PermanentMailError("550 no such user", 550), TransientMailError("timed out")):
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error)
+        assert (copy.description, copy.code, str(copy)) == (
+            error.description,
+            error.code,
+            error.description,
+        )
+    assert TransientMailError("x").transient and not PermanentMailError("x").transient
