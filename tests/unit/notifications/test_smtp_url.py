@@ -121,3 +121,14 @@ def test_mail_errors_survive_pickling_with_their_fields() -> None:
             error.description,
         )
     assert TransientMailError("x").transient and not PermanentMailError("x").transient
+
+
+def test_actors_rebuild_settings_with_the_real_smtp_url() -> None:
+    from marketplace.actors.runtime import settings_for_actor
+
+    url = "smtp://u:topsecret@mail.example.com:2525"
+    data = settings_for_actor(Settings(smtp_url=url))  # type: ignore[arg-type]
+    assert data["smtp_url"] == url
+    rebuilt = Settings(**data)
+    assert rebuilt.smtp_target == SmtpTarget("smtp", "mail.example.com", 2525, "u", "topsecret")
+    assert Settings(**settings_for_actor(Settings())).smtp_url is None
