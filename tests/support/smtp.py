@@ -99,9 +99,12 @@ class SmtpTestServer:
         assert self._controller is None, "already running"
         kwargs: dict[str, Any] = {}
         if self.credentials is not None:
-            kwargs.update(authenticator=self._authenticate, auth_required=True)
-            # Without STARTTLS the login goes in clear text: fine on loopback in a test.
-            kwargs["auth_require_tls"] = self.starttls_context is not None
+            tls = self.starttls_context is not None
+            # With STARTTLS: no mail without a login, no login before TLS. Without it the login
+            # is offered in clear text (fine on loopback) but not required: aiosmtpd warns on
+            # every connection about requiring a login without TLS.
+            kwargs.update(authenticator=self._authenticate, auth_required=tls)
+            kwargs["auth_require_tls"] = tls
         if self.starttls_context is not None:
             kwargs.update(tls_context=self.starttls_context, require_starttls=True)
         controller = Controller(

@@ -218,3 +218,15 @@ async def test_smtps_speaks_tls_from_the_first_byte(tmp_path: Path) -> None:
         plain = SmtpTarget("smtp", "127.0.0.1", server.port)
         with pytest.raises(TransientMailError):
             await send_message(plain, message_to(), 2.0)
+
+
+async def test_a_login_without_tls_is_sent_when_credentials_are_given() -> None:
+    with SmtpTestServer(credentials=("mailer", "p w:@/")) as server:
+        good = parse_smtp_url(f"smtp://mailer:p%20w%3A%40%2F@127.0.0.1:{server.port}")
+        await send_message(good, message_to(), TIMEOUT)
+        assert len(server.wait_for(1)) == 1
+        bad = parse_smtp_url(f"smtp://mailer:nope@127.0.0.1:{server.port}")
+        with pytest.raises(PermanentMailError) as caught:
+            await send_message(bad, message_to(), TIMEOUT)
+        assert caught.value.code == 535
+        assert len(server.received) == 1
