@@ -2,7 +2,8 @@
 
 It records what it receives (parsed), can be told to refuse the next N transactions with a 4xx
 or 5xx reply, and can be stopped and started again on the same port (SMTP down, then up).
-Optionally it requires a login, offers STARTTLS, or speaks TLS from the first byte.
+Optionally it offers a login (required, after TLS, when it offers STARTTLS too), offers STARTTLS,
+or speaks TLS from the first byte.
 
     server = SmtpTestServer(); server.start()
     settings = make_settings(..., smtp_url=server.url)
