@@ -120,7 +120,7 @@ async def send_message(
     *,
     tls_context: ssl.SSLContext | None = None,
 ) -> None:
-    """Deliver ``message`` (envelope sender and recipients from its From/To/Cc headers) over
+    """Deliver ``message`` (envelope sender and recipients from its From/To/Cc/Bcc headers) over
     one connection. ``tls_context`` replaces the default certificate checks (tests give one
     trusting their own CA). Raises :class:`TransientMailError` or :class:`PermanentMailError`.
     """
