@@ -83,8 +83,11 @@ def settings_for_actor(settings: Settings, **overrides: Any) -> dict[str, Any]:
     data = settings.model_dump(mode="json")
     for secret in ("jwt_secret", "scheduler_secret"):
         data.pop(secret, None)
-    # JSON mode masks secrets as "**********"; actors that compose notification e-mails sign
-    # their unsubscribe links, so this one is handed over in clear (or left unset).
+    # The JSON dump masks secrets as "**********"; actors that send notification e-mail (job
+    # workers) need the real SMTP URL, as they need the database URL and its password.
+    if settings.smtp_url is not None:
+        data["smtp_url"] = settings.smtp_url.get_secret_value()
+    # Likewise the unsubscribe-link secret: the actors that compose e-mails sign their links.
     unsubscribe = settings.notification_unsubscribe_secret
     data["notification_unsubscribe_secret"] = (
         unsubscribe.get_secret_value() if unsubscribe is not None else None

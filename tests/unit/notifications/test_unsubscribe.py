@@ -54,6 +54,9 @@ def test_the_key_comes_from_the_settings_and_is_required() -> None:
     )
     with pytest.raises(ValidationError, match="at least 32 characters"):
         Settings(notification_unsubscribe_secret=SecretStr("short"))
+    # An empty variable is "not configured", as for the other optional settings.
+    empty = Settings.model_validate({"notification_unsubscribe_secret": ""})
+    assert empty.notification_unsubscribe_secret is None
 
 
 def test_up_keeps_a_dev_secret_in_the_data_dir(tmp_path: Path) -> None:
