@@ -108,3 +108,31 @@ def test_actors_get_the_unsubscribe_secret_but_not_the_session_secrets() -> None
     assert rebuilt.jwt_secret is None
     assert unsubscribe_key(rebuilt) == secret.encode()
     assert Settings(**settings_for_actor(Settings())).notification_unsubscribe_secret is None
+
+
+def test_the_composer_accepts_the_link_and_puts_it_in_list_unsubscribe() -> None:
+    from marketplace.notifications.email import EmailContent, compose
+    from marketplace.notifications.unsubscribe import unsubscribe_url
+
+    user_id = uuid.uuid4()
+    settings = Settings(
+        public_base_url="https://market.example",
+        notification_unsubscribe_secret=SecretStr("s" * 40),
+    )
+    url = unsubscribe_url(settings, user_id, NotificationEventType.DIRECT_MESSAGE)
+    message = compose(
+        EmailContent(
+            to="bob@example.com",
+            subject="New direct message",
+            summary="alice sent you a direct message.",
+            link_url="https://market.example/messages",
+            unsubscribe_url=url,
+        ),
+        mail_from=settings.mail_from,
+        preview_chars=settings.notification_preview_chars,
+    )
+    assert message["List-Unsubscribe"] == f"<{url}>"
+    assert message["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+    token = url.split("token=", 1)[1]
+    target = read_token(b"s" * 40, token)
+    assert (target.user_id, target.event_type) == (user_id, NotificationEventType.DIRECT_MESSAGE)
