@@ -100,6 +100,9 @@ def make_settings(servers: Servers, **overrides: Any) -> Settings:
         # Tests send many bad credentials on purpose; the limit itself has its own tests.
         "rate_limit_auth_failures": "10000/60",
         "log_json": False,
+        # The notifications consumer takes a database-wide lock and reads every test's events:
+        # only the tests about it start one (tests/integration/notifications/).
+        "notification_pipeline_enabled": False,
     }
     values.update(overrides)
     return Settings(**values)

@@ -15,6 +15,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from marketplace.moderation.terms import load_terms_file
+from marketplace.notifications.rate_limit import DEFAULT_RATE, NotificationRates
 
 
 class LegalAcceptanceMode(enum.StrEnum):
@@ -181,6 +182,16 @@ class Settings(BaseSettings):
     # disconnected (it resumes with Last-Event-ID) instead of holding events for others.
     stream_queue_size: int = Field(default=256, ge=1, le=100_000)
 
+    # --- notification pipeline (outbox -> deliveries -> jobs); see docs/notifications.md ------
+    # Run the notifications consumer in this frontend (one of all running consumers is active).
+    notification_pipeline_enabled: bool = True
+    # Per recipient and event type: "N/T" (N per T seconds), or a JSON object of event type
+    # (or "default") -> "N/T", e.g. {"direct_message": "10/3600"}. Checked at start-up.
+    notification_rate_limit: str = DEFAULT_RATE
+    # "module:attribute" of ``fn(settings) -> async send(delivery)``, the function the
+    # `notifications` job handler sends each delivery with (resolved in the worker process).
+    notification_sender: str = "marketplace.notifications.sending:unwired_sender"
+
     @field_validator("dispute_admin_wallets")
     @classmethod
     def _check_wallets(cls, value: list[str]) -> list[str]:
@@ -232,6 +243,29 @@ class Settings(BaseSettings):
         for rate in value.values():
             parse_rate(rate)
         return value
+
+    @field_validator("notification_rate_limit")
+    @classmethod
+    def _check_notification_rates(cls, value: str) -> str:
+        try:
+            NotificationRates.parse(value)
+        except ValueError as exc:
+            raise ValueError(f"MARKETPLACE_NOTIFICATION_RATE_LIMIT: {exc}") from None
+        return value
+
+    @field_validator("notification_sender")
+    @classmethod
+    def _check_sender_reference(cls, value: str) -> str:
+        module, _, attribute = value.partition(":")
+        if not module or not attribute:
+            raise ValueError(
+                f"MARKETPLACE_NOTIFICATION_SENDER must be 'module:attribute', got {value!r}"
+            )
+        return value
+
+    @property
+    def notification_rates(self) -> NotificationRates:
+        return NotificationRates.parse(self.notification_rate_limit)
 
     @property
     def accepted_wallet_link_chain_ids(self) -> list[int]:

@@ -1,0 +1,248 @@
+"""The notifications consumer: outbox events -> one delivery row per (event, recipient), and a
+`notifications` job for each delivery that may go out (docs/notifications.md, "Pipeline").
+
+Every frontend runs one; exactly one is active: the holder of a session-level advisory lock on
+a connection of its own (the event relay's pattern, marketplace/events/relay.py). The active
+consumer reads the outbox from PostgreSQL after ``notification_consumer_cursor`` (ids are commit
+order, so "after id N" is a complete position), wakes on the NOTIFY every producing transaction
+sends, and polls in case one is missed.
+
+One transaction per batch of events: resolve each event's recipient, decide its status
+(suppressed, then the rate limiter, else queued), insert the rows (``ON CONFLICT (event_id,
+recipient_user_id) DO NOTHING``), enqueue the job of each new queued row, and advance the
+cursor, all on the lock holder's connection. A consumer that dies mid-batch commits nothing of
+it and the next active one reads the batch again; one that dies after the commit has moved the
+cursor with its rows. So reading is at-least-once and the UNIQUE constraint makes it one row
+(and at most one job) per (event, recipient). Only the rate limiter sits outside the
+transaction; it answers the same for an event it admitted before, so re-reading a batch does
+not count its deliveries twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import asyncpg
+
+from marketplace.aio import raise_if_cancelling, wait_event
+from marketplace.config import Settings
+from marketplace.events.consumer import event_from_row
+from marketplace.jobs import enqueue
+from marketplace.notifications.models import DeliveryStatus, SuppressionReason
+from marketplace.notifications.rate_limit import LimitRequest, NotificationRates
+from marketplace.notifications.recipients import CONSUMED_TYPES, Notification, resolve
+from marketplace.storage.pool import Connection, connect
+from marketplace.storage.repositories import events as events_repo
+from marketplace.storage.repositories import notification_deliveries as repo
+from marketplace.storage.repositories.notification_deliveries import RecipientFacts
+
+log = logging.getLogger(__name__)
+
+QUEUE = "notifications"
+MAX_BACKOFF_SECONDS = 10.0
+DEFAULT_BATCH_SIZE = 200
+
+
+class Limiter(Protocol):
+    """The notification rate limiter (the actor, or a :class:`WindowLimiter` in-process)."""
+
+    async def admit(self, requests: Sequence[LimitRequest], now: float) -> list[bool]: ...
+
+
+def suppression_reason(facts: RecipientFacts) -> SuppressionReason | None:
+    """Why a delivery must not be sent, first match wins: the recipient blocked the sender, muted
+    them (a mute is also the DM thread's mute), unsubscribed from the event type, has no verified
+    address. The recipient's own decisions about this sender come first, so the log tells them
+    which of their choices held the e-mail back; ``no_email`` is a fact of the account and only
+    shows when no choice of theirs did."""
+    if facts.blocked:
+        return SuppressionReason.BLOCKED
+    if facts.muted:
+        return SuppressionReason.MUTED
+    if facts.unsubscribed:
+        return SuppressionReason.UNSUBSCRIBED
+    if not facts.email:
+        return SuppressionReason.NO_EMAIL
+    return None
+
+
+def job_payload(delivery_id: Any, notification: Notification) -> dict[str, Any]:
+    payload: dict[str, Any] = {"deliveryId": str(delivery_id), "linkPath": notification.link_path}
+    if notification.preview_message_id is not None:
+        payload["previewMessageId"] = str(notification.preview_message_id)
+    return payload
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    rates: NotificationRates
+    poll_interval: float
+    standby_interval: float
+    batch_size: int = DEFAULT_BATCH_SIZE
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ConsumerConfig:
+        poll = settings.events_relay_poll_interval_ms / 1000
+        return cls(
+            rates=settings.notification_rates,
+            poll_interval=poll,
+            standby_interval=max(1.0, 10 * poll),
+        )
+
+
+@dataclass(frozen=True)
+class _Planned:
+    notification: Notification
+    facts: RecipientFacts
+    reason: SuppressionReason | None
+
+
+def consumer_application_name() -> str:
+    return f"marketplace notifications consumer {socket.gethostname()}:{os.getpid()}"
+
+
+class NotificationConsumer:
+    def __init__(self, dsn: str, limiter: Limiter, config: ConsumerConfig) -> None:
+        self.dsn = dsn
+        self.limiter = limiter
+        self.config = config
+        self.active = False
+        self.activations = 0
+        self.deliveries = 0  # rows this consumer wrote
+        self.events = 0  # events it consumed
+
+    async def run(self) -> None:
+        """Consume until cancelled; failures are logged and retried with backoff (a batch that
+        failed committed nothing and is read again)."""
+        backoff = self.config.poll_interval
+        while True:
+            activations = self.activations
+            try:
+                await self._session()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                raise_if_cancelling()
+                if self.activations != activations:
+                    backoff = self.config.poll_interval
+                log.warning(
+                    "notifications consumer failed; retrying in %.1fs", backoff, exc_info=True
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+
+    async def _session(self) -> None:
+        conn = await connect(self.dsn, application_name=consumer_application_name())
+        try:
+            # Standby until the active consumer's connection is gone (one round trip a try).
+            while True:
+                if await repo.try_consumer_lock(conn):
+                    break
+                await asyncio.sleep(self.config.standby_interval)
+            self.active = True
+            self.activations += 1
+            log.info("notifications consumer active")
+            wake = asyncio.Event()
+
+            def on_notify(*_: Any) -> None:
+                wake.set()
+
+            await conn.add_listener(events_repo.WAKE_CHANNEL, on_notify)
+            while True:
+                wake.clear()  # before the read: a commit notified during it still wakes us
+                if await self.consume_batch(conn) == self.config.batch_size:
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await wait_event(wake, self.config.poll_interval)
+        finally:
+            self.active = False
+            try:
+                await asyncio.wait_for(conn.close(), 2)
+            except Exception:
+                conn.terminate()
+
+    async def consume_batch(self, conn: Connection) -> int:
+        """Consume the next batch after the cursor in one transaction; the number of events read
+        (0: none waiting). ``conn`` must hold the consumer lock (or be the only consumer)."""
+        async with conn.transaction():
+            cursor = await repo.consumer_cursor(conn)
+            rows = await events_repo.read_after(
+                conn, cursor, self.config.batch_size, types=CONSUMED_TYPES
+            )
+            if not rows:
+                return 0
+            now = await repo.transaction_time(conn)
+            planned: list[_Planned] = []
+            for row in rows:
+                for notification in await resolve(conn, event_from_row(row)):
+                    facts = await repo.recipient_facts(
+                        conn,
+                        notification.recipient_user_id,
+                        notification.sender_user_id,
+                        notification.event_type,
+                    )
+                    if facts is None:
+                        continue  # no account row: nobody to write a delivery for
+                    planned.append(_Planned(notification, facts, suppression_reason(facts)))
+            requests = [self._request(p.notification) for p in planned if p.reason is None]
+            verdicts = iter(await self.limiter.admit(requests, now) if requests else [])
+            for plan in planned:
+                await self._write(conn, plan, None if plan.reason else next(verdicts))
+            await repo.advance_consumer_cursor(conn, rows[-1].id)
+        self.events += len(rows)
+        return len(rows)
+
+    def _request(self, notification: Notification) -> LimitRequest:
+        rate = self.config.rates.for_type(notification.event_type)
+        return LimitRequest(
+            event_id=notification.event_id,
+            recipient_user_id=str(notification.recipient_user_id),
+            event_type=str(notification.event_type),
+            count=rate.count,
+            period_seconds=rate.period_seconds,
+        )
+
+    async def _write(self, conn: Connection, plan: _Planned, admitted: bool | None) -> None:
+        notification = plan.notification
+        if plan.reason is not None:
+            status, reason = DeliveryStatus.SUPPRESSED, str(plan.reason)
+        elif admitted:
+            status, reason = DeliveryStatus.QUEUED, None
+        else:
+            status, reason = DeliveryStatus.RATE_LIMITED, None
+        delivery_id = await repo.insert_delivery(
+            conn,
+            event_id=notification.event_id,
+            event_type=str(notification.event_type),
+            recipient_user_id=notification.recipient_user_id,
+            status=str(status),
+            reason=reason,
+            subject=notification.subject,
+            email=plan.facts.email,
+        )
+        if delivery_id is None:
+            return  # this (event, recipient) has its row already
+        self.deliveries += 1
+        if status is DeliveryStatus.QUEUED:
+            job = await enqueue(
+                conn,
+                QUEUE,
+                job_payload(delivery_id, notification),
+                idempotency_key=f"delivery:{delivery_id}",
+            )
+            await repo.set_job(conn, delivery_id, job.job_id)
+
+
+async def consume_all(consumer: NotificationConsumer, conn: asyncpg.Connection) -> int:
+    """Consume batches until none is waiting (tests, tools); the number of events read."""
+    total = 0
+    while count := await consumer.consume_batch(conn):
+        total += count
+    return total
