@@ -77,8 +77,7 @@ async def test_a_queued_delivery_is_sent_once_and_marked_sent(
     assert delivery.attempt == 1
     final = (await deliveries(db))[0]
     assert final["sent_at"] is not None and final["attempts"] == 1
-    job = await db.fetchrow("SELECT status FROM jobs WHERE id = $1", row["job_id"])
-    assert job["status"] == "completed"
+    assert await db.fetchval("SELECT status FROM jobs WHERE id = $1", row["job_id"]) == "completed"
 
 
 async def test_a_permanent_refusal_fails_the_delivery_after_one_attempt(
@@ -100,4 +99,4 @@ async def test_a_permanent_refusal_fails_the_delivery_after_one_attempt(
     assert row["last_error"] == "PermanentJobError: 550 5.1.1 mailbox unavailable"
     assert row["sent_at"] is None
     job = await db.fetchrow("SELECT status, attempt_count FROM jobs WHERE id = $1", row["job_id"])
-    assert (job["status"], job["attempt_count"]) == ("failed", 1)
+    assert job is not None and (job["status"], job["attempt_count"]) == ("failed", 1)
