@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 
 QUEUE = "notifications"
 MAX_BACKOFF_SECONDS = 10.0
+# How often the active consumer gives queued deliveries whose job failed unrecorded their
+# outcome, and how far back it looks (twice the interval: a missed round is caught next time).
+ORPHAN_SWEEP_SECONDS = 60.0
 DEFAULT_BATCH_SIZE = 200
 
 
@@ -155,10 +158,15 @@ class NotificationConsumer:
                 wake.set()
 
             await conn.add_listener(events_repo.WAKE_CHANNEL, on_notify)
+            loop = asyncio.get_running_loop()
+            next_sweep = loop.time()
             while True:
                 wake.clear()  # before the read: a commit notified during it still wakes us
                 if await self.consume_batch(conn) == self.config.batch_size:
                     continue
+                if loop.time() >= next_sweep:
+                    await self.sweep_orphans(conn, 2 * ORPHAN_SWEEP_SECONDS)
+                    next_sweep = loop.time() + ORPHAN_SWEEP_SECONDS
                 with contextlib.suppress(TimeoutError):
                     await wait_event(wake, self.config.poll_interval)
         finally:
@@ -198,6 +206,15 @@ class NotificationConsumer:
             await repo.advance_consumer_cursor(conn, rows[-1].id)
         self.events += len(rows)
         return len(rows)
+
+    async def sweep_orphans(self, conn: Connection, within_seconds: float) -> int:
+        """Queued deliveries whose job failed without the handler's record (the reaper failed
+        the last attempt after its lease expired, or it timed out): ``failed``, with the job's
+        error. The handler records every failure it sees; this catches the ones it cannot."""
+        changed = await repo.fail_orphaned(conn, within_seconds)
+        if changed:
+            log.warning("%d deliveries failed with their jobs unrecorded", changed)
+        return changed
 
     def _request(self, notification: Notification) -> LimitRequest:
         rate = self.config.rates.for_type(notification.event_type)

@@ -90,6 +90,19 @@ SET attempts = greatest(attempts, $2), last_error = left($3, 2000), updated_at =
     status = CASE WHEN $4 THEN 'failed' ELSE status END
 WHERE id = $1 AND status = 'queued'
 """
+# Deliveries still queued whose job failed without the handler recording it (the last attempt's
+# lease expired and the reaper failed the job, or the attempt was cancelled at its timeout):
+# they take the job's outcome. Only jobs failed within the last $1 seconds are looked at
+# (jobs_failed index), and each delivery by its primary key.
+FAIL_ORPHANED = """
+UPDATE notification_deliveries d
+SET status = 'failed', attempts = greatest(d.attempts, j.attempt_count),
+    last_error = left(coalesce(j.last_error, 'the sending job failed'), 2000), updated_at = now()
+FROM jobs j
+WHERE j.queue = 'notifications' AND j.status = 'failed'
+  AND j.finished_at > now() - make_interval(secs => $1)
+  AND d.id = (j.payload->>'deliveryId')::uuid AND d.job_id = j.id AND d.status = 'queued'
+"""
 
 
 @dataclass(frozen=True)
@@ -206,3 +219,10 @@ async def record_failure(
 ) -> None:
     """An attempt's error; ``final``: the row becomes ``failed`` (no attempt follows)."""
     await conn.execute(RECORD_FAILURE, delivery_id, attempt, error, final)
+
+
+async def fail_orphaned(conn: Conn, within_seconds: float) -> int:
+    """Mark ``failed`` the queued deliveries whose job failed in the last ``within_seconds``
+    without the handler recording it; the number of rows changed."""
+    status = str(await conn.execute(FAIL_ORPHANED, within_seconds))
+    return int(status.rsplit(" ", 1)[-1])

@@ -100,3 +100,29 @@ async def test_a_permanent_refusal_fails_the_delivery_after_one_attempt(
     assert row["sent_at"] is None
     job = await db.fetchrow("SELECT status, attempt_count FROM jobs WHERE id = $1", row["job_id"])
     assert job is not None and (job["status"], job["attempt_count"]) == ("failed", 1)
+
+
+async def test_a_delivery_whose_job_failed_unrecorded_is_failed_by_the_consumer(
+    client: Any, db: asyncpg.Connection, pipeline: Pipeline
+) -> None:
+    project = await project_with_worker(client, db)
+    await set_email(db, project.worker)
+    await dm(client, project.owner, project.worker)
+    await dm(client, project.owner, project.worker)
+    await pipeline.consume()
+    first, _ = await deliveries(db)
+    # As the reaper leaves it: the last attempt's lease expired, the handler recorded nothing.
+    await db.execute(
+        "UPDATE jobs SET status = 'failed', attempt_count = max_attempts, finished_at = now(),"
+        " last_error = 'lease expired during the last attempt' WHERE id = $1",
+        first["job_id"],
+    )
+    assert await pipeline.consumer.sweep_orphans(pipeline.conn, 120) == 1
+    rows = await deliveries(db)
+    assert (rows[0]["status"], rows[0]["last_error"], rows[0]["attempts"]) == (
+        "failed",
+        "lease expired during the last attempt",
+        5,
+    )
+    assert rows[1]["status"] == "queued"  # its job is still queued
+    assert await pipeline.consumer.sweep_orphans(pipeline.conn, 120) == 0
