@@ -14,6 +14,7 @@ import ray
 
 from marketplace.actors.notification_limiter import ACTOR_NAME, RemoteLimiter
 from marketplace.http import keys
+from marketplace.http.notification_pipeline import CONSUMER
 from marketplace.notifications.consumer import NotificationConsumer, consume_all
 from marketplace.storage.pool import connect
 from tests.api.messaging.conftest import chat_message, dm, post_dm, project_with_worker
@@ -374,3 +375,21 @@ async def test_the_limiter_killed_mid_burst_keeps_the_limit_and_loses_nothing(
 
 async def _at_least(count: Any, expected: int) -> bool:
     return bool(await count() >= expected)
+
+
+async def test_the_app_runs_the_consumer_it_declares(make_client: Any) -> None:
+    client = await make_client(notification_pipeline_enabled=True)
+    conn = await asyncpg.connect(client.app[keys.SETTINGS].database_url)
+    try:
+        project = await project_with_worker(client, conn)
+        await set_email(conn, project.worker)
+        await dm(client, project.owner, project.worker)
+
+        async def delivered() -> bool:
+            rows = await deliveries(conn)
+            return len(rows) == 1 and rows[0]["status"] == "queued"
+
+        await wait_until(delivered, 30, "the app's consumer wrote the delivery")
+        assert client.app[CONSUMER].active
+    finally:
+        await conn.close()
