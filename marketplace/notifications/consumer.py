@@ -25,7 +25,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -34,7 +34,7 @@ import asyncpg
 from marketplace.aio import raise_if_cancelling, wait_event
 from marketplace.config import Settings
 from marketplace.events.consumer import event_from_row
-from marketplace.jobs import enqueue
+from marketplace.jobs import enqueue_many
 from marketplace.notifications.models import DeliveryStatus, SuppressionReason
 from marketplace.notifications.rate_limit import LimitRequest, NotificationRates
 from marketplace.notifications.recipients import CONSUMED_TYPES, Notification, resolve
@@ -187,22 +187,23 @@ class NotificationConsumer:
             if not rows:
                 return 0
             now = await repo.transaction_time(conn)
-            planned: list[_Planned] = []
-            for row in rows:
-                for notification in await resolve(conn, event_from_row(row)):
-                    facts = await repo.recipient_facts(
-                        conn,
-                        notification.recipient_user_id,
-                        notification.sender_user_id,
-                        notification.event_type,
-                    )
-                    if facts is None:
-                        continue  # no account row: nobody to write a delivery for
-                    planned.append(_Planned(notification, facts, suppression_reason(facts)))
+            notifications = [
+                notification
+                for row in rows
+                for notification in await resolve(conn, event_from_row(row))
+            ]
+            facts = await repo.recipient_facts_many(
+                conn,
+                [(n.recipient_user_id, n.sender_user_id, str(n.event_type)) for n in notifications],
+            )
+            planned = [
+                _Planned(notification, fact, suppression_reason(fact))
+                for notification, fact in zip(notifications, facts, strict=True)
+                if fact is not None  # no account row: nobody to write a delivery for
+            ]
             requests = [self._request(p.notification) for p in planned if p.reason is None]
             verdicts = iter(await self.limiter.admit(requests, now) if requests else [])
-            for plan in planned:
-                await self._write(conn, plan, None if plan.reason else next(verdicts))
+            await self._write(conn, planned, verdicts)
             await repo.advance_consumer_cursor(conn, rows[-1].id)
         self.events += len(rows)
         return len(rows)
@@ -226,35 +227,44 @@ class NotificationConsumer:
             period_seconds=rate.period_seconds,
         )
 
-    async def _write(self, conn: Connection, plan: _Planned, admitted: bool | None) -> None:
-        notification = plan.notification
-        if plan.reason is not None:
-            status, reason = DeliveryStatus.SUPPRESSED, str(plan.reason)
-        elif admitted:
-            status, reason = DeliveryStatus.QUEUED, None
-        else:
-            status, reason = DeliveryStatus.RATE_LIMITED, None
-        delivery_id = await repo.insert_delivery(
-            conn,
-            event_id=notification.event_id,
-            event_type=str(notification.event_type),
-            recipient_user_id=notification.recipient_user_id,
-            status=str(status),
-            reason=reason,
-            subject=notification.subject,
-            email=plan.facts.email,
-        )
-        if delivery_id is None:
-            return  # this (event, recipient) has its row already
-        self.deliveries += 1
-        if status is DeliveryStatus.QUEUED:
-            job = await enqueue(
-                conn,
-                QUEUE,
-                job_payload(delivery_id, notification),
-                idempotency_key=f"delivery:{delivery_id}",
+    async def _write(
+        self, conn: Connection, planned: Sequence[_Planned], verdicts: Iterator[bool]
+    ) -> None:
+        """Insert every planned row in one statement, then enqueue the jobs of the new queued
+        ones in one statement and record their ids in one more."""
+        rows: list[repo.NewDelivery] = []
+        for plan in planned:
+            notification = plan.notification
+            if plan.reason is not None:
+                status, reason = DeliveryStatus.SUPPRESSED, str(plan.reason)
+            elif next(verdicts):
+                status, reason = DeliveryStatus.QUEUED, None
+            else:
+                status, reason = DeliveryStatus.RATE_LIMITED, None
+            rows.append(
+                repo.NewDelivery(
+                    event_id=notification.event_id,
+                    event_type=str(notification.event_type),
+                    recipient_user_id=notification.recipient_user_id,
+                    status=str(status),
+                    reason=reason,
+                    subject=notification.subject,
+                    email=plan.facts.email,
+                )
             )
-            await repo.set_job(conn, delivery_id, job.job_id)
+        created = await repo.insert_deliveries(conn, rows)
+        self.deliveries += len(created)
+        jobs: list[tuple[str, dict[str, Any]]] = []
+        keyed: dict[str, Any] = {}
+        for plan, row in zip(planned, rows, strict=True):
+            delivery_id = created.get((row.event_id, row.recipient_user_id))
+            if delivery_id is None or row.status != DeliveryStatus.QUEUED:
+                continue  # not new (written by an earlier read of this event), or final
+            key = f"delivery:{delivery_id}"
+            keyed[key] = delivery_id
+            jobs.append((key, job_payload(delivery_id, plan.notification)))
+        job_ids = await enqueue_many(conn, QUEUE, jobs)
+        await repo.set_jobs(conn, [(keyed[key], job_id) for key, job_id in job_ids.items()])
 
 
 async def consume_all(consumer: NotificationConsumer, conn: asyncpg.Connection) -> int:

@@ -9,6 +9,7 @@ domain's enums are ``StrEnum``s, so they pass as they are.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,27 +44,39 @@ LEFT JOIN project_metadata m ON m.project_address = p.project_address
 WHERE p.project_address = $1
 """
 
-# What decides whether a delivery to $1 about something $2 did, of type $3, is suppressed.
-SELECT_RECIPIENT_FACTS = """
-SELECT u.email,
-       EXISTS (SELECT 1 FROM user_blocks b WHERE b.user_id = $1 AND b.blocked_user_id = $2)
-           AS blocked,
-       EXISTS (SELECT 1 FROM user_mutes m WHERE m.user_id = $1 AND m.muted_user_id = $2)
-           AS muted,
+# What decides whether a delivery to a recipient about something a sender did, of an event
+# type, is suppressed, for many (recipient, sender, event type) triples at once; `n` is the
+# triple's 1-based position (recipients without an account row are left out).
+SELECT_RECIPIENT_FACTS_MANY = """
+SELECT i.n, u.email,
+       EXISTS (SELECT 1 FROM user_blocks b
+               WHERE b.user_id = i.recipient AND b.blocked_user_id = i.sender) AS blocked,
+       EXISTS (SELECT 1 FROM user_mutes m
+               WHERE m.user_id = i.recipient AND m.muted_user_id = i.sender) AS muted,
        coalesce((SELECT NOT p.email FROM notification_preferences p
-                 WHERE p.user_id = $1 AND p.event_type = $3), false) AS unsubscribed
-FROM users u WHERE u.user_id = $1
+                 WHERE p.user_id = i.recipient AND p.event_type = i.event_type), false)
+           AS unsubscribed
+FROM unnest($1::uuid[], $2::uuid[], $3::text[]) WITH ORDINALITY
+    AS i(recipient, sender, event_type, n)
+JOIN users u ON u.user_id = i.recipient
 """
 SELECT_USERNAME = "SELECT username FROM usernames WHERE user_id = $1"
 
-INSERT_DELIVERY = """
+# Many rows in one statement; RETURNING names only the rows it created.
+INSERT_DELIVERIES = """
 INSERT INTO notification_deliveries
     (event_id, event_type, recipient_user_id, status, reason, subject, email, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, now())
+SELECT t.event_id, t.event_type, t.recipient, t.status, t.reason, t.subject, t.email, now()
+FROM unnest($1::bigint[], $2::text[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[])
+    AS t(event_id, event_type, recipient, status, reason, subject, email)
 ON CONFLICT (event_id, recipient_user_id) DO NOTHING
-RETURNING id
+RETURNING id, event_id, recipient_user_id
 """
-SET_JOB = "UPDATE notification_deliveries SET job_id = $2 WHERE id = $1"
+SET_JOBS = """
+UPDATE notification_deliveries d SET job_id = t.job_id
+FROM unnest($1::uuid[], $2::bigint[]) AS t(id, job_id)
+WHERE d.id = t.id
+"""
 
 # The limiter's rebuild: a key's deliveries that count against its window.
 SELECT_ADMITTED_SINCE = """
@@ -152,41 +165,67 @@ async def project_parties(conn: Conn, project_address: str) -> ProjectParties | 
     )
 
 
-async def recipient_facts(
-    conn: Conn, recipient: uuid.UUID, sender: uuid.UUID | None, event_type: str
-) -> RecipientFacts | None:
-    """None: the recipient has no account row."""
-    row = await conn.fetchrow(SELECT_RECIPIENT_FACTS, recipient, sender, event_type)
-    if row is None:
-        return None
-    return RecipientFacts(row["email"], row["blocked"], row["muted"], row["unsubscribed"])
+async def recipient_facts_many(
+    conn: Conn, triples: Sequence[tuple[uuid.UUID, uuid.UUID | None, str]]
+) -> list[RecipientFacts | None]:
+    """The facts of each (recipient, sender, event type), in one statement; None where the
+    recipient has no account row."""
+    if not triples:
+        return []
+    rows = await conn.fetch(
+        SELECT_RECIPIENT_FACTS_MANY,
+        [t[0] for t in triples],
+        [t[1] for t in triples],
+        [t[2] for t in triples],
+    )
+    facts: list[RecipientFacts | None] = [None] * len(triples)
+    for row in rows:
+        facts[row["n"] - 1] = RecipientFacts(
+            row["email"], row["blocked"], row["muted"], row["unsubscribed"]
+        )
+    return facts
+
+
+@dataclass(frozen=True)
+class NewDelivery:
+    event_id: int
+    event_type: str
+    recipient_user_id: uuid.UUID
+    status: str
+    reason: str | None
+    subject: str
+    email: str | None
+
+
+async def insert_deliveries(
+    conn: Conn, rows: Sequence[NewDelivery]
+) -> dict[tuple[int, uuid.UUID], uuid.UUID]:
+    """Insert the rows (ON CONFLICT DO NOTHING); (event id, recipient) -> id of each row this
+    statement created (one that existed already is not in it)."""
+    if not rows:
+        return {}
+    created = await conn.fetch(
+        INSERT_DELIVERIES,
+        [r.event_id for r in rows],
+        [r.event_type for r in rows],
+        [r.recipient_user_id for r in rows],
+        [r.status for r in rows],
+        [r.reason for r in rows],
+        [r.subject for r in rows],
+        [r.email for r in rows],
+    )
+    return {(int(r["event_id"]), r["recipient_user_id"]): r["id"] for r in created}
+
+
+async def set_jobs(conn: Conn, jobs: Sequence[tuple[uuid.UUID, int]]) -> None:
+    """Record each delivery's job id (delivery id, job id)."""
+    if jobs:
+        await conn.execute(SET_JOBS, [j[0] for j in jobs], [j[1] for j in jobs])
 
 
 async def username(conn: Conn, user_id: uuid.UUID) -> str | None:
     value = await conn.fetchval(SELECT_USERNAME, user_id)
     return str(value) if value is not None else None
-
-
-async def insert_delivery(
-    conn: Conn,
-    *,
-    event_id: int,
-    event_type: str,
-    recipient_user_id: uuid.UUID,
-    status: str,
-    reason: str | None,
-    subject: str,
-    email: str | None,
-) -> uuid.UUID | None:
-    """The new row's id; None when (event, recipient) already has its row."""
-    value = await conn.fetchval(
-        INSERT_DELIVERY, event_id, event_type, recipient_user_id, status, reason, subject, email
-    )
-    return value if isinstance(value, uuid.UUID) or value is None else uuid.UUID(str(value))
-
-
-async def set_job(conn: Conn, delivery_id: uuid.UUID, job_id: int) -> None:
-    await conn.execute(SET_JOB, delivery_id, job_id)
 
 
 async def admitted_since(
