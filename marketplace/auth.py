@@ -36,6 +36,9 @@ class Principal:
     kind: PrincipalKind
     email_verified: bool
     api_key_id: uuid.UUID | None = None
+    # Until when the session token is accepted (Unix seconds), when one authenticated the call:
+    # what outlives the request (an event stream) ends then.
+    session_expires_at: float | None = None
 
     @property
     def has_session(self) -> bool:
@@ -73,8 +76,9 @@ class SessionClaims:
     issued_at: int
     # The `email` claim, when present and shaped like an address (see email_claim).
     email: str | None = None
-    # `exp`, Unix seconds (0: unknown, for claims not made from a token).
-    expires_at: float = 0.0
+    # Until when the token is accepted: `exp` plus the verifier's leeway, Unix seconds (0:
+    # unknown, for claims not made from a token).
+    accepted_until: float = 0.0
 
 
 # Bounds of a stored address (RFC 5321 limits a path to 256 octets; 320 is the common
@@ -154,9 +158,9 @@ class SessionVerifier:
         if cached is not None:
             return cached
         claims = await self._verify(token)
-        # Until exp (PyJWT's own test, leeway included): the same token verifies the same way
-        # until then, whatever key rotation happens meanwhile.
-        self._verified.put(token, claims, claims.expires_at + self._leeway - time.time())
+        # Until exp plus leeway (PyJWT's own test): the same token verifies the same way until
+        # then, whatever key rotation happens meanwhile.
+        self._verified.put(token, claims, claims.accepted_until - time.time())
         return claims
 
     async def _verify(self, token: str) -> SessionClaims:
@@ -213,7 +217,7 @@ class SessionVerifier:
             email_verified=claims.get("email_verified") is True,
             issued_at=int(issued_at),
             email=email_claim(claims.get("email")),
-            expires_at=expires_at,
+            accepted_until=expires_at + self._leeway,
         )
 
 
@@ -256,9 +260,15 @@ def combine_principals(
             kind=PrincipalKind.SESSION,
             email_verified=session.email_verified,
             api_key_id=key.key_id,
+            session_expires_at=session.accepted_until or None,
         )
     if session is not None:
-        return Principal(session.user_id, PrincipalKind.SESSION, session.email_verified)
+        return Principal(
+            session.user_id,
+            PrincipalKind.SESSION,
+            session.email_verified,
+            session_expires_at=session.accepted_until or None,
+        )
     if key is not None:
         return Principal(key.user_id, PrincipalKind.AGENT_KEY, key.email_verified, key.key_id)
     return None

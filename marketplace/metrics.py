@@ -59,7 +59,8 @@ STREAM_DELIVERY_LATENCY = Histogram(
 )
 STREAMS_CLOSED = Counter(
     "marketplace_stream_closed_total",
-    "Live event streams closed, by reason: client_gone, overflow (client too slow), shutdown.",
+    "Live event streams closed, by reason: client_gone, overflow (client too slow), shutdown, "
+    "credentials_expired, credentials_revoked.",
     ["reason"],
 )
 STREAM_HUB_POSITION = Gauge(

@@ -32,6 +32,7 @@ from marketplace.embedded.postgres import EmbeddedPostgres
 from marketplace.embedded.redis import EmbeddedRedis
 from marketplace.http.server import JsonErrorsTestServer
 from marketplace.storage.migrations import migrate_dsn
+from tests.support.smtp import smtp_server  # noqa: F401  (a fixture for every suite)
 
 JWT_SECRET = "test-session-secret-" + "x" * 24
 SCHEDULER_SECRET = "test-scheduler-secret-" + "y" * 24

@@ -83,6 +83,10 @@ def settings_for_actor(settings: Settings, **overrides: Any) -> dict[str, Any]:
     data = settings.model_dump(mode="json")
     for secret in ("jwt_secret", "scheduler_secret"):
         data.pop(secret, None)
+    # The JSON dump masks secrets as "**********"; actors that send notification e-mail (job
+    # workers) need the real SMTP URL, as they need the database URL and its password.
+    if settings.smtp_url is not None:
+        data["smtp_url"] = settings.smtp_url.get_secret_value()
     data.update(overrides)
     return data
 

@@ -15,6 +15,8 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from marketplace.moderation.terms import load_terms_file
+from marketplace.notifications.email import check_mail_from
+from marketplace.notifications.mailer import SmtpTarget, parse_smtp_url
 from marketplace.notifications.rate_limit import DEFAULT_RATE, NotificationRates
 
 
@@ -22,6 +24,10 @@ class LegalAcceptanceMode(enum.StrEnum):
     STRICT = "strict"
     IMPLICIT = "implicit"
     OFF = "off"
+
+
+class SecretSettingError(Exception):
+    """A setting holding a secret is invalid; the message names it without its value."""
 
 
 class Settings(BaseSettings):
@@ -182,6 +188,17 @@ class Settings(BaseSettings):
     # disconnected (it resumes with Last-Event-ID) instead of holding events for others.
     stream_queue_size: int = Field(default=256, ge=1, le=100_000)
 
+    # --- notification e-mail (SMTP); see docs/notifications.md ---------------------------------
+    # `smtp://[user:password@]host[:port]` (STARTTLS when offered; port 25) or `smtps://...`
+    # (TLS from the start; port 465), user and password percent-encoded. Unset under `up`:
+    # the embedded server writing .eml files to <data_dir>/mail/. A secret: never logged.
+    smtp_url: SecretStr | None = None
+    mail_from: str = "Marketplace <marketplace@localhost>"
+    # Characters of a chat message or DM quoted in its e-mail; 0: no preview.
+    notification_preview_chars: int = Field(default=140, ge=0, le=2000)
+    # Sending attempts of one e-mail (transient failures only; a 5xx reply fails at once).
+    notification_max_attempts: int = Field(default=5, ge=1, le=50)
+
     # --- notification pipeline (outbox -> deliveries -> jobs); see docs/notifications.md ------
     # Run the notifications consumer in this frontend (one of all running consumers is active).
     notification_pipeline_enabled: bool = True
@@ -216,6 +233,29 @@ class Settings(BaseSettings):
             except ValueError as exc:
                 raise ValueError(f"MARKETPLACE_MODERATION_TERMS_FILE: {exc}") from None
         return value
+
+    @field_validator("smtp_url", mode="before")
+    @classmethod
+    def _unset_smtp_url(cls, value: object) -> object:
+        # An empty variable means "not configured" (the embedded server under `up`).
+        return None if value == "" else value
+
+    @field_validator("smtp_url")
+    @classmethod
+    def _check_smtp_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            try:
+                parse_smtp_url(value.get_secret_value())
+            except ValueError as exc:
+                # Not a ValueError: pydantic would wrap that in a ValidationError quoting the
+                # input, password included. The parser's own messages never repeat it.
+                raise SecretSettingError(f"MARKETPLACE_SMTP_URL: {exc}") from None
+        return value
+
+    @field_validator("mail_from")
+    @classmethod
+    def _check_mail_from(cls, value: str) -> str:
+        return check_mail_from(value)
 
     @field_validator("jobs_workers")
     @classmethod
@@ -286,6 +326,13 @@ class Settings(BaseSettings):
     @property
     def metrics_allow_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
         return parse_networks(self.metrics_allow)
+
+    @property
+    def smtp_target(self) -> SmtpTarget | None:
+        """Where notification e-mail goes; None when no SMTP URL is configured."""
+        if self.smtp_url is None:
+            return None
+        return parse_smtp_url(self.smtp_url.get_secret_value())
 
     def rate_for(self, route_name: str) -> tuple[int, int]:
         return parse_rate(self.rate_limits.get(route_name, self.rate_limit_default))

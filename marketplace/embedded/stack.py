@@ -16,6 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
 from pydantic import SecretStr
@@ -75,6 +76,21 @@ def start_redis(settings: Settings, started: list[Stoppable]) -> Settings:
     return settings.model_copy(update={"redis_url": url})
 
 
+def start_smtp(settings: Settings, started: list[Stoppable]) -> Settings:
+    """No SMTP server configured: notification e-mails go to ``<data-dir>/mail/`` as files."""
+    if settings.smtp_url is not None:
+        return settings
+    from marketplace.embedded.smtp import EmbeddedSmtp
+
+    server = EmbeddedSmtp(settings.data_dir)
+    url = server.start()
+    started.append(server)
+    log.info(
+        "embedded smtp listening", extra={"port": server.port, "mail_dir": str(server.mail_dir)}
+    )
+    return settings.model_copy(update={"smtp_url": SecretStr(url)})
+
+
 def dev_session_secret(settings: Settings) -> Settings:
     """Dev mode: without any JWT configuration, sign sessions with a secret kept in the data dir
     so that ``marketplace token`` and the server agree."""
@@ -90,7 +106,7 @@ def start_chain(settings: Settings, started: list[Stoppable]) -> Settings:
     return start_devnet(settings, started)
 
 
-STARTERS: list[Starter] = [start_postgres, start_redis, start_chain]
+STARTERS: list[Starter] = [start_postgres, start_redis, start_smtp, start_chain]
 
 
 class EmbeddedStack:
@@ -110,6 +126,14 @@ class EmbeddedStack:
             self.stop()
             raise
         return dev_session_secret(settings)
+
+    def mail_dir(self) -> Path | None:
+        """Where the embedded SMTP server writes messages, when one was started."""
+        for server in self.started:
+            found = getattr(server, "mail_dir", None)
+            if isinstance(found, Path):
+                return found
+        return None
 
     def pids(self) -> dict[str, int]:
         pids: dict[str, int] = {}

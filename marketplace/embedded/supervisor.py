@@ -223,6 +223,7 @@ def run_up(settings: Settings, serve: ServeFn) -> int:
             recorded.append(run.startedAt)
             # Restarted servers have new pids: keep the record (`marketplace status`) true.
             stack.watch(fatal, on_restart=lambda: record(running))
+            mail_dir = stack.mail_dir()
             log.info(
                 "up",
                 extra={
@@ -231,6 +232,8 @@ def run_up(settings: Settings, serve: ServeFn) -> int:
                     "chain_rpc_url": run.chainRpcUrl,
                     "pids": run.pids,
                     "state_file": str(state_file()),
+                    # Notification e-mails land here as .eml files (no MARKETPLACE_SMTP_URL).
+                    **({"mail_dir": str(mail_dir)} if mail_dir is not None else {}),
                 },
             )
 

@@ -25,8 +25,10 @@ from marketplace.pagination import BIGINT_MAX, CursorKind, keyset_page
 from marketplace.records.access import (
     ProjectParties,
     caller_and_visible_project,
+    callers_and_visible_projects,
     require_linked,
 )
+from marketplace.records.errors import ProjectNotFound
 from marketplace.shards import ProjectCommand, ShardContext
 from marketplace.storage.pool import Conn
 from marketplace.storage.repositories import messages as repo
@@ -72,9 +74,23 @@ async def authorize_send(
     """The send rules, in their answer order: 404 (project not indexed or not visible), 403
     ``wallet_not_linked``, 409 ``worker_not_selected``, 403 ``not_project_party``."""
     wallets, project = await caller_and_visible_project(conn, user_id, project_address)
+    return check_send(wallets, project, sender_wallet)
+
+
+def check_send(
+    wallets: frozenset[str], project: ProjectParties, sender_wallet: str
+) -> ProjectParties:
     require_linked(wallets, sender_wallet, "senderWalletAddress")
     rules.require_chat_sender(project, sender_wallet)
     return project
+
+
+async def read_send_facts(
+    pool: asyncpg.Pool, pairs: list[tuple[uuid.UUID, str]]
+) -> list[tuple[frozenset[str], ProjectParties | ProjectNotFound]]:
+    """The facts :func:`authorize_send` decides on, for several sends in one statement."""
+    async with pool.acquire() as conn:
+        return await callers_and_visible_projects(conn, pairs)
 
 
 async def store_chat_messages(
@@ -100,8 +116,9 @@ class PostChatMessage(ProjectCommand):
     stores the message once and answers with it (the rules are checked again first).
 
     The shard's concurrent sends (of different projects: a project's own wait for its lock) are
-    stored together (:class:`~marketplace.shards.GroupCommit`): one statement and one commit
-    per batch instead of per message, each batch holding the events' order lock once.
+    checked and stored together (:class:`~marketplace.shards.GroupCommit`): one statement reads
+    the facts of a batch of sends, one statement and one commit stores a batch, each batch
+    holding the events' order lock once.
     """
 
     message_id: uuid.UUID
@@ -110,8 +127,11 @@ class PostChatMessage(ProjectCommand):
     body: str
 
     async def apply(self, ctx: ShardContext) -> StoredMessage:
-        async with ctx.pool.acquire() as conn:
-            await authorize_send(conn, self.user_id, self.project_address, self.sender_wallet)
+        reader = ctx.group_commit("chat-facts", functools.partial(read_send_facts, ctx.pool))
+        wallets, project = await reader.submit((self.user_id, self.project_address))
+        if isinstance(project, ProjectNotFound):
+            raise project
+        check_send(wallets, project, self.sender_wallet)
         writer = ctx.group_commit("chat", functools.partial(store_chat_messages, ctx.pool))
         return await writer.submit(
             repo.NewChatMessage(

@@ -304,6 +304,23 @@ class ReportRecord(ResponseModel):
         )
 
 
+class ReportDetail(ResponseModel):
+    """A report with the message it is about, for moderation admins: the body is shown even when
+    the message was removed."""
+
+    report: ReportRecord
+    message: ChatMessageRecord | DirectMessageRecord = Field(discriminator="kind")
+
+    @classmethod
+    def from_rows(cls, report: Row, message: Row) -> Self:
+        record: ChatMessageRecord | DirectMessageRecord
+        if message["kind"] == "direct":
+            record = DirectMessageRecord.from_row(message, moderator=True)
+        else:
+            record = ChatMessageRecord.from_row(message, moderator=True)
+        return cls(report=ReportRecord.from_row(report), message=record)
+
+
 class ReportList(ResponseModel):
     """A page of reports, newest first."""
 

@@ -99,6 +99,23 @@ async def list_reports(
     return ReportPage(page, next_cursor)
 
 
+async def get_with_message(
+    pool: asyncpg.Pool, admin: uuid.UUID, report_id: uuid.UUID
+) -> tuple[asyncpg.Record, asyncpg.Record]:
+    """A report and the message it is about, body included even when removed (moderation admins
+    only: 403 ``not_moderation_admin``; 404 ``report_not_found``)."""
+    await require_moderation_admin(pool, admin)
+    async with pool.acquire() as conn:
+        report = await repo.get(conn, report_id)
+        if report is None:
+            raise ReportNotFound()
+        # The report's foreign key keeps its message.
+        message = await messages_repo.get_message(conn, report["message_id"])
+        if message is None:  # pragma: no cover - ON DELETE CASCADE removes the report too
+            raise ReportNotFound()
+    return report, message
+
+
 async def change_status(
     pool: asyncpg.Pool,
     admin: uuid.UUID,

@@ -10,7 +10,7 @@ is read through the project read API's visibility predicate
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import asyncpg
@@ -84,16 +84,25 @@ async def visible_project(
     return ProjectParties.from_row(row)
 
 
+async def callers_and_visible_projects(
+    conn: Conn, pairs: Sequence[tuple[uuid.UUID, str]]
+) -> list[tuple[frozenset[str], ProjectParties | ProjectNotFound]]:
+    """:func:`caller_wallets` and :func:`visible_project` with them for each (user, project), in
+    one round trip; a project the user cannot see comes back as its 404 error (not raised)."""
+    return [
+        (frozenset(wallets), ProjectParties.from_row(row) if row is not None else ProjectNotFound())
+        for wallets, row in await projects_repo.callers_and_visible_projects(conn, pairs)
+    ]
+
+
 async def caller_and_visible_project(
     conn: Conn, user_id: uuid.UUID, project_address: str
 ) -> tuple[frozenset[str], ProjectParties]:
     """:func:`caller_wallets` and :func:`visible_project` with them, in one round trip."""
-    wallets, row = await projects_repo.caller_wallets_and_visible_project(
-        conn, user_id, project_address
-    )
-    if row is None:
-        raise ProjectNotFound()
-    return frozenset(wallets), ProjectParties.from_row(row)
+    ((wallets, project),) = await callers_and_visible_projects(conn, [(user_id, project_address)])
+    if isinstance(project, ProjectNotFound):
+        raise project
+    return wallets, project
 
 
 def require_linked(wallets: frozenset[str], wallet: str, field: str) -> None:

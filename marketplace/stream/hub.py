@@ -48,6 +48,7 @@ from marketplace.metrics import (
     STREAMS_CLOSED,
     STREAMS_OPEN,
 )
+from marketplace.storage.repositories import api_keys as api_keys_repo
 from marketplace.storage.repositories import events as events_repo
 from marketplace.stream import sse
 from marketplace.stream.audience import audience_of, streamed_types
@@ -140,9 +141,20 @@ def _discard(window: asyncio.Queue[Ahead]) -> None:
 class Subscriber:
     """One open stream: its user, its queue and the hooks its HTTP connection provides."""
 
-    def __init__(self, user_id: uuid.UUID, queue_size: int) -> None:
+    def __init__(
+        self,
+        user_id: uuid.UUID,
+        queue_size: int,
+        *,
+        expires_at: float | None = None,
+        api_key_id: uuid.UUID | None = None,
+    ) -> None:
         self.id = uuid.uuid4().hex
         self.user_id = user_id
+        # The credentials the stream was opened with: it ends when the session token expires
+        # (Unix seconds) or the agent key is revoked.
+        self.expires_at = expires_at
+        self.api_key_id = api_key_id
         self.queue: asyncio.Queue[Item] = asyncio.Queue(queue_size)
         self.live_from = 0
         self.closed_reason: str | None = None
@@ -189,11 +201,20 @@ class StreamHub:
 
     # --- streams --------------------------------------------------------------------------------
 
-    async def open(self, user_id: uuid.UUID) -> Subscriber:
-        """Take one of the user's slots (429 beyond) and start queueing the user's events."""
+    async def open(
+        self,
+        user_id: uuid.UUID,
+        *,
+        expires_at: float | None = None,
+        api_key_id: uuid.UUID | None = None,
+    ) -> Subscriber:
+        """Take one of the user's slots (429 beyond) and start queueing the user's events until
+        ``expires_at`` (Unix seconds) passes or the agent key ``api_key_id`` is revoked."""
         if self.closing:
             raise ServiceUnavailable("this frontend is shutting down; reconnect", retry_after=1)
-        subscriber = Subscriber(user_id, self.config.queue_size)
+        subscriber = Subscriber(
+            user_id, self.config.queue_size, expires_at=expires_at, api_key_id=api_key_id
+        )
         await self.slots.acquire(user_id, subscriber.id)
         if self.closing:
             await self._release(subscriber)
@@ -362,12 +383,16 @@ class StreamHub:
         next_beat = loop.time() + self.config.heartbeat
         while True:
             await asyncio.sleep(interval)
+            now = time.time()
             for subscriber in tuple(self.subscribers):
                 if not subscriber.connected():
                     self._end(subscriber, "client_gone", abort=False)
+                elif subscriber.expires_at is not None and subscriber.expires_at <= now:
+                    self._end(subscriber, "credentials_expired", abort=False)
             if loop.time() < next_beat:
                 continue
             next_beat = loop.time() + self.config.heartbeat
+            await self._end_revoked_keys()
             beat = Heartbeat(self.position)
             for subscriber in tuple(self.subscribers):
                 self._offer(subscriber, beat)
@@ -377,6 +402,23 @@ class StreamHub:
                 raise_if_cancelling()
                 # Leases outlive three heartbeats: one failed renewal loses no slot.
                 log.warning("could not renew event stream slots", exc_info=True)
+
+    async def _end_revoked_keys(self) -> None:
+        """End the streams whose agent key was revoked (checked once per heartbeat)."""
+        keyed = [s for s in self.subscribers if s.api_key_id is not None]
+        if not keyed:
+            return
+        try:
+            revoked = await api_keys_repo.revoked_among(
+                self.pool, sorted({s.api_key_id for s in keyed if s.api_key_id is not None})
+            )
+        except Exception:
+            raise_if_cancelling()
+            log.warning("could not check the agent keys of open streams", exc_info=True)
+            return
+        for subscriber in keyed:
+            if subscriber.api_key_id in revoked:
+                self._end(subscriber, "credentials_revoked", abort=False)
 
     async def _release(self, subscriber: Subscriber) -> None:
         try:

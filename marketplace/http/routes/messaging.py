@@ -51,6 +51,7 @@ from marketplace.messaging.models import (
     MuteRecord,
     MuteRequest,
     PageQuery,
+    ReportDetail,
     ReportList,
     ReportListQuery,
     ReportRecord,
@@ -376,6 +377,27 @@ async def list_reports(call: Call[None, ReportListQuery, None]) -> ReportList:
     )
     items = [ReportRecord.from_row(row) for row in page.rows]
     return ReportList(items=items, count=len(items), nextCursor=page.next_cursor)
+
+
+@routes.get(
+    "/v1/messages/reports/{reportId}",
+    name="getMessageReport",
+    summary="A report with its message, body included (moderation admins only)",
+    auth=AuthMode.EITHER,
+    response=ReportDetail,
+    path_params=ReportPath,
+    errors=(NotModerationAdmin, ReportNotFound),
+)
+async def get_report(call: Call[None, None, ReportPath]) -> ReportDetail:
+    """What an admin needs to decide on a report: the report and the message as stored, its
+    `body` shown even when the message was removed. Callers without the `moderationAdmin`
+    permission flag get 403 `not_moderation_admin`; an unknown report is 404
+    `report_not_found`."""
+    principal = call.require_principal()
+    report, message = await reports.get_with_message(
+        call.pool, principal.user_id, call.path.reportId
+    )
+    return ReportDetail.from_rows(report, message)
 
 
 @routes.post(

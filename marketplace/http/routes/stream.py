@@ -77,11 +77,17 @@ async def open_event_stream(call: Call[None, StreamQuery, None]) -> web.StreamRe
     the server's retention are not replayed. At most `MARKETPLACE_STREAM_MAX_PER_USER` (5)
     open streams per user across all servers: 429 `rate_limited` with `Retry-After` beyond. A
     client that does not read fast enough is disconnected and should reconnect with its last
-    event id."""
+    event id. The stream ends when the session token it was opened with expires (within about a
+    second) or the agent key it was opened with is revoked (within one heartbeat interval):
+    reconnect with current credentials and the last event id."""
     principal = call.require_principal()
     resume = resume_position(call)
     hub = call.app[STREAM_HUB]
-    subscriber = await hub.open(principal.user_id)
+    subscriber = await hub.open(
+        principal.user_id,
+        expires_at=principal.session_expires_at,
+        api_key_id=principal.api_key_id,
+    )
     try:
         # Read after the registration: every event up to `now` is either replayed or older
         # than the position, and every later one reaches the queue.

@@ -34,6 +34,11 @@ RETURNING {_KEY_COLUMNS}
 """
 INSERT_SECRET = "INSERT INTO api_key_secrets (secret_hash, key_id) VALUES ($1, $2)"
 SELECT_KEY = f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE key_id = $1"
+# Keys of the list that are revoked or gone.
+SELECT_REVOKED_AMONG = """
+SELECT q.key_id FROM unnest($1::uuid[]) AS q(key_id)
+WHERE NOT EXISTS (SELECT 1 FROM api_keys k WHERE k.key_id = q.key_id AND k.revoked_at IS NULL)
+"""
 SELECT_KEY_FOR_UPDATE = f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE key_id = $1 FOR UPDATE"
 SELECT_KEYS_OF_USER = f"""
 SELECT {_KEY_COLUMNS} FROM api_keys WHERE user_id = $1 ORDER BY created_at DESC, key_id
@@ -116,6 +121,13 @@ async def create_key(
 
 async def get_key(conn: Conn, key_id: uuid.UUID) -> asyncpg.Record | None:
     return await conn.fetchrow(SELECT_KEY, key_id)
+
+
+async def revoked_among(conn: Conn, key_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    """Which of ``key_ids`` are revoked (a deleted key counts as revoked)."""
+    if not key_ids:
+        return set()
+    return {row["key_id"] for row in await conn.fetch(SELECT_REVOKED_AMONG, list(key_ids))}
 
 
 async def list_keys(conn: Conn, user_id: uuid.UUID) -> list[asyncpg.Record]:

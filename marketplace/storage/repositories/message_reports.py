@@ -32,6 +32,7 @@ SELECT_BY_REPORTER = f"""
 SELECT {COLUMNS} FROM message_reports WHERE message_id = $1 AND reporter_user_id = $2
 """
 SELECT_FOR_UPDATE = f"SELECT {COLUMNS} FROM message_reports WHERE id = $1 FOR UPDATE"
+SELECT_REPORT = f"SELECT {COLUMNS} FROM message_reports WHERE id = $1"
 # The message row is locked too: two reports of one message changing at once must not both
 # count the other as still pending (and both leave the message `reported`).
 LOCK_MESSAGE = "SELECT sender_user_id, body_status FROM messages WHERE id = $1 FOR UPDATE"
@@ -98,6 +99,10 @@ async def create(
     )
     await events.append(conn, [event])
     return row, True
+
+
+async def get(conn: Conn, report_id: uuid.UUID) -> asyncpg.Record | None:
+    return await conn.fetchrow(SELECT_REPORT, report_id)
 
 
 async def lock(conn: Connection, report_id: uuid.UUID) -> asyncpg.Record | None:

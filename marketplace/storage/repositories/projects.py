@@ -29,13 +29,13 @@ never pick the wrong index. ``bench/read_throughput.py --explain`` prints every 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
 import asyncpg
 
-from marketplace.storage.pool import Conn, fetch_one
+from marketplace.storage.pool import Conn
 
 # Fallback window after the owner-response deadline of a challenge (spec section 8).
 CHALLENGE_FALLBACK_SECONDS = 5 * 24 * 3600
@@ -225,19 +225,21 @@ FROM projects p CROSS JOIN (SELECT $2::text[] AS wallets) v
 WHERE p.project_address = $1::text AND ({VISIBLE_TO_VIEWER} OR v.wallets && $3::text[])
 """
 
-# The caller's active wallets and, through them, the project if visible: one round trip for the
-# pair every write rule starts with. Always one row; the project's columns are NULL when it is not
-# indexed or hidden.
-SELECT_CALLER_AND_VISIBLE_PROJECT = f"""
+# Callers' active wallets and, through them, the project if visible: one round trip for the
+# pair every write rule starts with, for any number of (user, project) pairs. One row per pair,
+# in order; the project's columns are NULL when it is not indexed or hidden.
+SELECT_CALLERS_AND_VISIBLE_PROJECTS = f"""
 SELECT v.wallets, p.project_address, p.owner_address, p.status, p.project_mode,
        p.bidding_access, p.selected_builder_address, p.allowlist,
        p.challenge_submission_count, p.dispute_phase, p.dispute_milestone_index,
        p.dispute_opened_at
-FROM (
+FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS q(user_id, project_address, n)
+CROSS JOIN LATERAL (
     SELECT coalesce(array_agg(wallet_address ORDER BY wallet_address), '{{}}') AS wallets
-    FROM wallet_links WHERE user_id = $1 AND revoked_at IS NULL
+    FROM wallet_links WHERE user_id = q.user_id AND revoked_at IS NULL
 ) v
-LEFT JOIN projects p ON p.project_address = $2::text AND {VISIBLE_TO_VIEWER}
+LEFT JOIN projects p ON p.project_address = q.project_address AND {VISIBLE_TO_VIEWER}
+ORDER BY q.n
 """
 
 
@@ -311,13 +313,20 @@ async def get_project(
     return await conn.fetchrow(sql, *args)
 
 
-async def caller_wallets_and_visible_project(
-    conn: Conn, user_id: uuid.UUID, project_address: str
-) -> tuple[list[str], asyncpg.Record | None]:
-    """The user's active wallets (lower-case) and the project's parties as
-    :func:`visible_project_parties` reads them with those wallets (None: not indexed or hidden)."""
-    row = await fetch_one(conn, SELECT_CALLER_AND_VISIBLE_PROJECT, user_id, project_address.lower())
-    return list(row["wallets"]), (row if row["project_address"] is not None else None)
+async def callers_and_visible_projects(
+    conn: Conn, pairs: Sequence[tuple[uuid.UUID, str]]
+) -> list[tuple[list[str], asyncpg.Record | None]]:
+    """For each (user, project address): the user's active wallets (lower-case) and the
+    project's parties as :func:`visible_project_parties` reads them with those wallets (None:
+    not indexed or hidden), in one statement."""
+    rows = await conn.fetch(
+        SELECT_CALLERS_AND_VISIBLE_PROJECTS,
+        [user_id for user_id, _ in pairs],
+        [address.lower() for _, address in pairs],
+    )
+    return [
+        (list(row["wallets"]), row if row["project_address"] is not None else None) for row in rows
+    ]
 
 
 async def visible_project_parties(

@@ -204,5 +204,6 @@ def anonymous_paths() -> list[tuple[str, str, dict[str, Any] | None]]:
         ("DELETE", f"/v1/messages/mute/{some}", None),
         ("POST", "/v1/messages/reports", {"messageId": some, "reason": "spam"}),
         ("GET", "/v1/messages/reports", None),
+        ("GET", f"/v1/messages/reports/{some}", None),
         ("POST", f"/v1/messages/reports/{some}/status", {"status": "reviewing"}),
     ]

@@ -299,6 +299,41 @@ async def test_admin_only_routes(client: Any, db: asyncpg.Connection) -> None:
     assert await db.fetchval("SELECT status FROM message_reports") == "open"
 
 
+async def test_an_admin_reads_the_reported_message_even_once_removed(
+    client: Any, db: asyncpg.Connection
+) -> None:
+    project = await project_with_worker(client, db)
+    sent = await dm(client, project.owner, project.worker, "the offending words")
+    created = await (await report(client, project.worker, sent["id"], "abuse")).json()
+    path = f"{REPORTS}/{created['id']}"
+    for caller in (project.worker.user, project.owner.user, await signed_in(client)):
+        resp = await client.get(path, headers=caller.headers)
+        assert await error_code(resp, 403) == "not_moderation_admin"
+    assert await error_code(await client.get(path), 401) == "unauthorized"
+
+    admin = await moderation_admin(client, db)
+    assert (await set_status(client, admin, created["id"], "actioned")).status == 200
+    resp = await client.get(path, headers=admin.headers)
+    assert resp.status == 200, await resp.text()
+    detail = await resp.json()
+    assert detail["report"]["id"] == created["id"]
+    assert detail["report"]["status"] == "actioned"
+    assert detail["message"]["id"] == sent["id"]
+    assert detail["message"]["kind"] == "direct"
+    assert (detail["message"]["body"], detail["message"]["bodyStatus"]) == (
+        "the offending words",
+        "removed",
+    )
+    # The parties no longer see the text.
+    [item] = await _dm_thread_messages(client, project.owner, sent["threadId"])
+    assert item["body"] is None
+
+    resp = await client.get(f"{REPORTS}/{uuid.uuid4()}", headers=admin.headers)
+    assert await error_code(resp, 404) == "report_not_found"
+    resp = await client.get(f"{REPORTS}/not-a-uuid", headers=admin.headers)
+    assert await error_code(resp, 400) == "invalid_request"
+
+
 async def test_list_reports_filters_and_pages(client: Any, db: asyncpg.Connection) -> None:
     project = await project_with_worker(client, db)
     admin = await moderation_admin(client, db)

@@ -463,3 +463,52 @@ async def test_a_crowd_of_clients_opening_at_once_all_get_their_streams(
             for resp in opened:
                 if isinstance(resp, aiohttp.ClientResponse):
                     resp.close()
+
+
+async def read_to_the_end(reader: SseReader, within: float) -> None:
+    """Read until the server ends the stream; heartbeats may come first, events may not."""
+    while True:
+        try:
+            message = await reader.message(within=within)
+        except EOFError:
+            return
+        assert not message.is_event, message
+
+
+async def test_a_stream_ends_when_its_session_token_expires(
+    make_client: AppFactory, db: asyncpg.Connection
+) -> None:
+    client = await make_client(jwt_leeway_seconds=0)
+    owner = await linked_party(client)
+    project = await seed_project(db, owner_address=owner.lower)
+    short = bearer(make_token(owner.user.user_id, ttl=3))
+    started = time.monotonic()
+    async with streaming(client, short) as stream:
+        event_id = await change_project(db, project)
+        assert (await stream.event()).id == event_id
+        await read_to_the_end(stream, within=10)
+    assert time.monotonic() - started < 6
+    # The expired token cannot open another one.
+    resp = await client.get("/v1/stream", headers=short)
+    assert await error_code(resp, 401) == "unauthorized"
+
+
+async def test_a_stream_ends_when_its_agent_key_is_revoked(
+    make_client: AppFactory, db: asyncpg.Connection
+) -> None:
+    client = await make_client(stream_heartbeat_seconds=0.5)
+    owner = await linked_party(client)
+    key = await create_key(client, owner.user)
+    project = await seed_project(db, owner_address=owner.lower)
+    async with (
+        streaming(client, {"x-agent-api-key": key["secret"]}) as keyed,
+        streaming(client, owner.headers) as session,
+    ):
+        event_id = await change_project(db, project)
+        assert (await keyed.event()).id == event_id
+        resp = await client.post(f"/v1/api-keys/{key['id']}/revoke", headers=owner.headers)
+        assert resp.status == 200, await resp.text()
+        await read_to_the_end(keyed, within=5)
+        # The session's own stream goes on.
+        later = await change_project(db, project)
+        assert [m.id for m in await session.events(2)] == [event_id, later]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import email
+import email.policy
 import ipaddress
 import json
 import signal
+import smtplib
 import socket
 import uuid
 from pathlib import Path
@@ -169,6 +172,27 @@ def test_status_prints_what_runs_where(running_up: UpRun) -> None:
     assert record["pids"]["redis"] == live["redis-server"]
     assert record["pids"]["anvil"] == live["anvil"]
     assert record["pids"]["postgres"] in {p.pid for p in running_up.tree if p.name() == "postgres"}
+
+
+def test_mail_goes_to_the_embedded_smtp_server_and_lands_in_the_data_dir(
+    running_up: UpRun,
+) -> None:
+    entries = [json.loads(line) for line in running_up.log().splitlines() if line.startswith("{")]
+    mail_dir = running_up.data_dir / "mail"
+    [banner] = [e for e in entries if e.get("msg") == "up"]
+    assert banner["mail_dir"] == str(mail_dir)
+    [smtp] = [e for e in entries if e.get("msg") == "embedded smtp listening"]
+    assert "pids" in banner and "smtp" in banner["pids"]
+    with smtplib.SMTP("127.0.0.1", smtp["port"], timeout=30) as client:
+        client.sendmail(
+            "marketplace@localhost",
+            ["erin@example.com"],
+            b"Subject: hello from the up test\r\nTo: erin@example.com\r\n\r\nbody\r\n",
+        )
+    [path] = list(mail_dir.glob("*.eml"))
+    stored = email.message_from_bytes(path.read_bytes(), policy=email.policy.default)
+    assert stored["Subject"] == "hello from the up test"
+    assert stored["Delivered-To"] == "erin@example.com"
 
 
 def test_commands_find_the_running_up_from_any_directory(running_up: UpRun, tmp_path: Path) -> None:

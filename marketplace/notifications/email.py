@@ -1,0 +1,184 @@
+"""Composing a notification e-mail from plain data (docs/notifications.md, "E-mail").
+
+Everything a user wrote (usernames, project titles, message bodies) is untrusted here:
+- headers never receive a CR, LF or other control character from it (a subject is reduced to
+  one line of at most :data:`MAX_SUBJECT_CHARS` characters), so it cannot add headers;
+- the HTML part escapes it, so it cannot add markup or links;
+- links must be absolute http(s) URLs, checked before they go into a header or an ``href``.
+"""
+
+from __future__ import annotations
+
+import email.policy
+import html
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.headerregistry import Address
+from email.message import EmailMessage
+from email.utils import format_datetime, getaddresses, make_msgid
+from urllib.parse import urlsplit
+
+MAX_SUBJECT_CHARS = 300
+MAX_URL_CHARS = 900  # a header line stays within RFC 5322's 998 characters
+ELLIPSIS = "…"
+# C0 and C1 controls, DEL, and the Unicode line and paragraph separators.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+@dataclass(frozen=True)
+class EmailContent:
+    """What one notification says; the pipeline fills it in, :func:`compose` lays it out.
+
+    ``summary`` is one sentence ("alice sent you a direct message."), ``link_url`` points at
+    the project or thread and ``link_label`` names it, ``preview`` is the body being announced
+    (chat and DMs; cut to the configured length), ``unsubscribe_url`` the signed one-click link.
+    """
+
+    to: str
+    subject: str
+    summary: str
+    link_url: str
+    link_label: str = "Open in the marketplace"
+    preview: str | None = None
+    unsubscribe_url: str | None = None
+
+
+def one_line(text: str, limit: int) -> str:
+    """``text`` as a single line without control characters, cut to ``limit`` characters
+    (the last one an ellipsis when cut)."""
+    line = " ".join(_CONTROL.sub(" ", text).split())
+    if len(line) > limit:
+        line = line[: max(limit - 1, 0)].rstrip() + ELLIPSIS
+    return line
+
+
+def sanitize_subject(subject: str) -> str:
+    return one_line(subject, MAX_SUBJECT_CHARS) or "Marketplace notification"
+
+
+def make_preview(body: str, chars: int) -> str | None:
+    """The first ``chars`` characters of ``body`` on one line, followed by an ellipsis when
+    cut; None when previews are off (``chars`` 0) or the body is blank."""
+    if chars <= 0:
+        return None
+    line = " ".join(_CONTROL.sub(" ", body).split())
+    if not line:
+        return None
+    return line if len(line) <= chars else line[:chars].rstrip() + ELLIPSIS
+
+
+def check_url(url: str) -> str:
+    """``url`` if it is an absolute http(s) URL fit for a header and an ``href``."""
+    parts = urlsplit(url)
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.netloc
+        or len(url) > MAX_URL_CHARS
+        or any(c in url for c in " <>\"'\\`")
+        or _CONTROL.search(url)
+    ):
+        raise ValueError(f"not an absolute http(s) URL usable in an e-mail: {url[:100]!r}")
+    return url
+
+
+def check_address(address: str) -> str:
+    """A bare ``user@domain`` address (no display name, no control characters)."""
+    if _CONTROL.search(address):
+        raise ValueError("an e-mail address may not contain control characters")
+    try:
+        parsed = Address(addr_spec=address.strip())
+    except (ValueError, IndexError) as exc:
+        raise ValueError(f"not an e-mail address: {address[:100]!r}") from exc
+    if not parsed.username or not parsed.domain:
+        raise ValueError(f"not an e-mail address: {address[:100]!r}")
+    return parsed.addr_spec
+
+
+def check_mail_from(value: str) -> str:
+    """A ``Name <user@domain>`` or bare sender address, as MARKETPLACE_MAIL_FROM takes it."""
+    if _CONTROL.search(value):
+        raise ValueError("MARKETPLACE_MAIL_FROM may not contain control characters")
+    pairs = getaddresses([value])
+    if len(pairs) != 1 or not pairs[0][1]:
+        raise ValueError(f"MARKETPLACE_MAIL_FROM is not one address: {value!r}")
+    try:
+        check_address(pairs[0][1])
+    except ValueError as exc:
+        raise ValueError(f"MARKETPLACE_MAIL_FROM: {exc}") from None
+    return value
+
+
+def sender_domain(mail_from: str) -> str:
+    """The domain of the sender address (``Message-ID``s are made under it)."""
+    return getaddresses([mail_from])[0][1].rpartition("@")[2] or "localhost"
+
+
+def compose(
+    content: EmailContent,
+    *,
+    mail_from: str,
+    preview_chars: int,
+    now: datetime | None = None,
+    message_id_domain: str | None = None,
+) -> EmailMessage:
+    """The message for ``content``: a text part and an HTML part, ``Message-ID``, ``Date``,
+    and, with an unsubscribe URL, ``List-Unsubscribe`` + ``List-Unsubscribe-Post`` (RFC 8058).
+
+    Raises ValueError for an unusable recipient address or URL.
+    """
+    to = check_address(content.to)
+    link = check_url(content.link_url)
+    unsubscribe = check_url(content.unsubscribe_url) if content.unsubscribe_url else None
+    subject = sanitize_subject(content.subject)
+    summary = one_line(content.summary, 2000)
+    label = one_line(content.link_label, 200) or "Open in the marketplace"
+    preview = make_preview(content.preview, preview_chars) if content.preview else None
+
+    message = EmailMessage(policy=email.policy.default)
+    message["From"] = check_mail_from(mail_from)
+    message["To"] = to
+    message["Subject"] = subject
+    message["Date"] = format_datetime(now or datetime.now(UTC))
+    message["Message-ID"] = make_msgid(domain=message_id_domain or sender_domain(mail_from))
+    message["Auto-Submitted"] = "auto-generated"  # RFC 3834: no vacation replies, please
+    if unsubscribe is not None:
+        message["List-Unsubscribe"] = f"<{unsubscribe}>"
+        message["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
+
+    text = [summary, ""]
+    if preview is not None:
+        text += [f"> {preview}", ""]
+    text += [f"{label}: {link}"]
+    if unsubscribe is not None:
+        text += ["", "--", f"Stop these e-mails: {unsubscribe}"]
+    message.set_content("\n".join(text) + "\n", cte="quoted-printable")
+
+    def esc(value: str) -> str:
+        return html.escape(value, quote=True)
+
+    parts = [
+        "<!DOCTYPE html>",
+        '<html><head><meta charset="utf-8">',
+        f"<title>{esc(subject)}</title></head>",
+        '<body style="font-family: sans-serif; line-height: 1.4">',
+        f"<p>{esc(summary)}</p>",
+    ]
+    if preview is not None:
+        parts.append(
+            '<blockquote style="margin: 0 0 1em; padding-left: 0.8em; '
+            f'border-left: 3px solid #ccc; color: #444">{esc(preview)}</blockquote>'
+        )
+    parts.append(f'<p><a href="{esc(link)}">{esc(label)}</a></p>')
+    if unsubscribe is not None:
+        parts.append(
+            '<p style="font-size: 0.85em; color: #666">'
+            f'<a href="{esc(unsubscribe)}">Stop these e-mails</a></p>'
+        )
+    parts.append("</body></html>")
+    message.add_alternative("\n".join(parts) + "\n", subtype="html", cte="quoted-printable")
+    # Fixed now rather than drawn anew each time the message is flattened, so every send of it
+    # puts the same bytes on the wire. "=_" cannot occur in the quoted-printable parts.
+    message.set_boundary(f"=_{secrets.token_hex(16)}")
+    return message
