@@ -89,6 +89,8 @@ class ConsumerConfig:
     poll_interval: float
     standby_interval: float
     batch_size: int = DEFAULT_BATCH_SIZE
+    # Sending attempts of each job (MARKETPLACE_NOTIFICATION_MAX_ATTEMPTS).
+    max_attempts: int = 5
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ConsumerConfig:
@@ -97,6 +99,7 @@ class ConsumerConfig:
             rates=settings.notification_rates,
             poll_interval=poll,
             standby_interval=max(1.0, 10 * poll),
+            max_attempts=settings.notification_max_attempts,
         )
 
 
@@ -263,7 +266,7 @@ class NotificationConsumer:
             key = f"delivery:{delivery_id}"
             keyed[key] = delivery_id
             jobs.append((key, job_payload(delivery_id, plan.notification)))
-        job_ids = await enqueue_many(conn, QUEUE, jobs)
+        job_ids = await enqueue_many(conn, QUEUE, jobs, max_attempts=self.config.max_attempts)
         await repo.set_jobs(conn, [(keyed[key], job_id) for key, job_id in job_ids.items()])
 
 

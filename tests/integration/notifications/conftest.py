@@ -55,9 +55,12 @@ async def db(servers: Servers, client: Any) -> AsyncIterator[asyncpg.Connection]
         await conn.close()
 
 
-def config(rate: str = "5/3600") -> ConsumerConfig:
+def config(rate: str = "5/3600", max_attempts: int = 5) -> ConsumerConfig:
     return ConsumerConfig(
-        rates=NotificationRates.parse(rate), poll_interval=0.05, standby_interval=0.2
+        rates=NotificationRates.parse(rate),
+        poll_interval=0.05,
+        standby_interval=0.2,
+        max_attempts=max_attempts,
     )
 
 
@@ -76,9 +79,11 @@ async def make_pipeline(
 ) -> AsyncIterator[Callable[..., Awaitable[Pipeline]]]:
     conns: list[asyncpg.Connection] = []
 
-    async def build(rate: str = "5/3600") -> Pipeline:
+    async def build(rate: str = "5/3600", max_attempts: int = 5) -> Pipeline:
         consumer = NotificationConsumer(
-            servers.database_url, RemoteLimiter(client.app[keys.ACTORS]), config(rate)
+            servers.database_url,
+            RemoteLimiter(client.app[keys.ACTORS]),
+            config(rate, max_attempts),
         )
         conn = await connect(servers.database_url)  # with the pool's codecs, as the consumer's
         conns.append(conn)

@@ -135,7 +135,9 @@ async def test_a_burst_of_15_dms_queues_5_and_rate_limits_10(
 async def test_a_per_type_override_raises_one_types_limit(
     client: Any, db: asyncpg.Connection, make_pipeline: Any
 ) -> None:
-    pipeline = await make_pipeline('{"direct_message": "7/3600", "default": "2/3600"}')
+    pipeline = await make_pipeline(
+        '{"direct_message": "7/3600", "default": "2/3600"}', max_attempts=3
+    )
     project = await project_with_worker(client, db)
     await set_email(db, project.worker)
     for i in range(9):
@@ -153,6 +155,8 @@ async def test_a_per_type_override_raises_one_types_limit(
         ("project_chat_message", "queued", 2),
         ("project_chat_message", "rate_limited", 1),
     ]
+    # MARKETPLACE_NOTIFICATION_MAX_ATTEMPTS reaches every job.
+    assert await db.fetchval("SELECT array_agg(DISTINCT max_attempts) FROM jobs") == [3]
 
 
 async def test_suppression_reasons_and_their_precedence(
