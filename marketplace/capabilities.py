@@ -184,6 +184,22 @@ CAPABILITIES: tuple[Capability, ...] = (
         contexts=("marketplace.http.job_queue:job_workers",),
     ),
     Capability(
+        name="notification_pipeline",
+        summary=(
+            "lifecycle e-mails: the outbox consumer writing delivery rows and their jobs, the "
+            "per-recipient rate-limiter actor, the `notifications` job queue"
+        ),
+        contexts=("marketplace.http.notification_pipeline:notification_consumer",),
+        queues=("marketplace.notifications.sending:NOTIFICATIONS_QUEUE",),
+        # The types marketplace/notifications/recipients.py turns into deliveries (a test checks).
+        consumes=(
+            "bid_draft.created",
+            "dispute_evidence.submitted",
+            "chat.message",
+            "dm.message",
+        ),
+    ),
+    Capability(
         name="devnet",
         summary="`marketplace devnet ...`: drive the local demo chain (never loaded by serve)",
         cli=(

@@ -103,6 +103,12 @@ def make_settings(servers: Servers, **overrides: Any) -> Settings:
         # Tests send many bad credentials on purpose; the limit itself has its own tests.
         "rate_limit_auth_failures": "10000/60",
         "log_json": False,
+        # The notifications consumer takes a database-wide lock and reads every test's events:
+        # only the tests about it start one (tests/integration/notifications/).
+        "notification_pipeline_enabled": False,
+        # Nor do apps start `notifications` job workers: detached, they would outlive the app
+        # and send other tests' deliveries with whatever sender they were created with.
+        "jobs_workers": {"notifications": 0},
     }
     values.update(overrides)
     return Settings(**values)

@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from marketplace.moderation.terms import load_terms_file
 from marketplace.notifications.email import check_mail_from
 from marketplace.notifications.mailer import SmtpTarget, parse_smtp_url
+from marketplace.notifications.rate_limit import DEFAULT_RATE, NotificationRates
 
 
 class LegalAcceptanceMode(enum.StrEnum):
@@ -202,6 +203,16 @@ class Settings(BaseSettings):
     # without it. Changing it invalidates every unsubscribe link already mailed.
     notification_unsubscribe_secret: SecretStr | None = None
 
+    # --- notification pipeline (outbox -> deliveries -> jobs); see docs/notifications.md ------
+    # Run the notifications consumer in this frontend (one of all running consumers is active).
+    notification_pipeline_enabled: bool = True
+    # Per recipient and event type: "N/T" (N per T seconds), or a JSON object of event type
+    # (or "default") -> "N/T", e.g. {"direct_message": "10/3600"}. Checked at start-up.
+    notification_rate_limit: str = DEFAULT_RATE
+    # "module:attribute" of ``fn(settings) -> async send(delivery)``, the function the
+    # `notifications` job handler sends each delivery with (resolved in the worker process).
+    notification_sender: str = "marketplace.notifications.sending:unwired_sender"
+
     @field_validator("dispute_admin_wallets")
     @classmethod
     def _check_wallets(cls, value: list[str]) -> list[str]:
@@ -291,6 +302,29 @@ class Settings(BaseSettings):
         for rate in value.values():
             parse_rate(rate)
         return value
+
+    @field_validator("notification_rate_limit")
+    @classmethod
+    def _check_notification_rates(cls, value: str) -> str:
+        try:
+            NotificationRates.parse(value)
+        except ValueError as exc:
+            raise ValueError(f"MARKETPLACE_NOTIFICATION_RATE_LIMIT: {exc}") from None
+        return value
+
+    @field_validator("notification_sender")
+    @classmethod
+    def _check_sender_reference(cls, value: str) -> str:
+        module, _, attribute = value.partition(":")
+        if not module or not attribute:
+            raise ValueError(
+                f"MARKETPLACE_NOTIFICATION_SENDER must be 'module:attribute', got {value!r}"
+            )
+        return value
+
+    @property
+    def notification_rates(self) -> NotificationRates:
+        return NotificationRates.parse(self.notification_rate_limit)
 
     @property
     def accepted_wallet_link_chain_ids(self) -> list[int]:

@@ -1,7 +1,7 @@
 """A durable job queue on Postgres, worked by Ray actors (docs/jobs.md)."""
 
 from marketplace.jobs.model import Job, JobStatus, LeaseLost, PermanentJobError
-from marketplace.jobs.producer import Enqueued, enqueue
+from marketplace.jobs.producer import Enqueued, enqueue, enqueue_many
 from marketplace.jobs.registry import JobContext, JobHandler, JobRegistry, QueueSpec
 
 __all__ = [
@@ -15,4 +15,5 @@ __all__ = [
     "PermanentJobError",
     "QueueSpec",
     "enqueue",
+    "enqueue_many",
 ]

@@ -8,6 +8,8 @@ never for a rolled-back transaction); polling covers a missed one.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,3 +56,29 @@ async def enqueue(
         idempotency_key=idempotency_key,
     )
     return Enqueued(job_id, created)
+
+
+async def enqueue_many(
+    conn: Conn,
+    queue: str,
+    jobs: Sequence[tuple[str, dict[str, Any]]],
+    *,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> dict[str, int]:
+    """Add several jobs to ``queue``, each due at once, given as ``(idempotency key, payload)``,
+    in one statement (and one notification), inside the caller's transaction like
+    :func:`enqueue`. Returns idempotency key -> job id; a key the queue already held keeps its
+    first job, whose id is returned."""
+    check_queue_name(queue)
+    if max_attempts < 1:
+        raise ValueError("max_attempts must be at least 1")
+    if not jobs:
+        return {}
+    keys = [key for key, _ in jobs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("idempotency keys must be distinct")
+    for _, payload in jobs:
+        if not isinstance(payload, dict):
+            raise TypeError("a job payload is a JSON object")
+    payloads = [json.dumps(payload, separators=(",", ":")) for _, payload in jobs]
+    return await repo.enqueue_many(conn, queue, payloads, keys, max_attempts=max_attempts)

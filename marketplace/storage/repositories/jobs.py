@@ -40,6 +40,18 @@ ON CONFLICT (queue, idempotency_key) DO NOTHING
 RETURNING id, next_attempt_at <= now() AS due
 """
 NOTIFY = "SELECT pg_notify($1, $2)"
+# Many jobs of one queue, due at once, each with its idempotency key, in one statement (the
+# payloads as JSON text). A key already taken returns no row; the caller reads those back.
+ENQUEUE_MANY = """
+INSERT INTO jobs (queue, payload, max_attempts, next_attempt_at, idempotency_key)
+SELECT $1, t.payload::jsonb, $3, now(), t.key
+FROM unnest($2::text[], $4::text[]) AS t(payload, key)
+ON CONFLICT (queue, idempotency_key) DO NOTHING
+RETURNING id, idempotency_key
+"""
+SELECT_BY_KEYS = """
+SELECT id, idempotency_key FROM jobs WHERE queue = $1 AND idempotency_key = any($2::text[])
+"""
 SELECT_BY_KEY = "SELECT id FROM jobs WHERE queue = $1 AND idempotency_key = $2"
 
 # The claim: one statement. Due queued jobs and running jobs whose lease expired (their worker
@@ -186,6 +198,22 @@ async def enqueue(
     if row["due"]:
         await conn.execute(NOTIFY, NOTIFY_CHANNEL, queue)
     return int(row["id"]), True
+
+
+async def enqueue_many(
+    conn: Conn, queue: str, payloads_json: Sequence[str], keys: Sequence[str], *, max_attempts: int
+) -> dict[str, int]:
+    """Insert due jobs (payload JSON text, idempotency key) in one statement and notify once;
+    returns idempotency key -> job id, for keys already taken too."""
+    rows = await conn.fetch(ENQUEUE_MANY, queue, list(payloads_json), max_attempts, list(keys))
+    ids = {str(row["idempotency_key"]): int(row["id"]) for row in rows}
+    if rows:
+        await conn.execute(NOTIFY, NOTIFY_CHANNEL, queue)
+    missing = [key for key in keys if key not in ids]
+    if missing:
+        for row in await conn.fetch(SELECT_BY_KEYS, queue, missing):
+            ids[str(row["idempotency_key"])] = int(row["id"])
+    return ids
 
 
 async def claim(

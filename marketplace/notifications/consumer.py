@@ -1,0 +1,278 @@
+"""The notifications consumer: outbox events -> one delivery row per (event, recipient), and a
+`notifications` job for each delivery that may go out (docs/notifications.md, "Pipeline").
+
+Every frontend runs one; exactly one is active: the holder of a session-level advisory lock on
+a connection of its own (the event relay's pattern, marketplace/events/relay.py). The active
+consumer reads the outbox from PostgreSQL after ``notification_consumer_cursor`` (ids are commit
+order, so "after id N" is a complete position), wakes on the NOTIFY every producing transaction
+sends, and polls in case one is missed.
+
+One transaction per batch of events: resolve each event's recipient, decide its status
+(suppressed, then the rate limiter, else queued), insert the rows (``ON CONFLICT (event_id,
+recipient_user_id) DO NOTHING``), enqueue the job of each new queued row, and advance the
+cursor, all on the lock holder's connection. A consumer that dies mid-batch commits nothing of
+it and the next active one reads the batch again; one that dies after the commit has moved the
+cursor with its rows. So reading is at-least-once and the UNIQUE constraint makes it one row
+(and at most one job) per (event, recipient). Only the rate limiter sits outside the
+transaction; it answers the same for an event it admitted before, so re-reading a batch does
+not count its deliveries twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import asyncpg
+
+from marketplace.aio import raise_if_cancelling, wait_event
+from marketplace.config import Settings
+from marketplace.events.consumer import event_from_row
+from marketplace.jobs import enqueue_many
+from marketplace.notifications.models import DeliveryStatus, SuppressionReason
+from marketplace.notifications.rate_limit import LimitRequest, NotificationRates
+from marketplace.notifications.recipients import CONSUMED_TYPES, Notification, resolve
+from marketplace.storage.pool import Connection, connect
+from marketplace.storage.repositories import events as events_repo
+from marketplace.storage.repositories import notification_deliveries as repo
+from marketplace.storage.repositories.notification_deliveries import RecipientFacts
+
+log = logging.getLogger(__name__)
+
+QUEUE = "notifications"
+MAX_BACKOFF_SECONDS = 10.0
+# How often the active consumer gives queued deliveries whose job failed unrecorded their
+# outcome, and how far back it looks (twice the interval: a missed round is caught next time).
+ORPHAN_SWEEP_SECONDS = 60.0
+DEFAULT_BATCH_SIZE = 200
+
+
+class Limiter(Protocol):
+    """The notification rate limiter (the actor, or a :class:`WindowLimiter` in-process)."""
+
+    async def admit(self, requests: Sequence[LimitRequest], now: float) -> list[bool]: ...
+
+
+def suppression_reason(facts: RecipientFacts) -> SuppressionReason | None:
+    """Why a delivery must not be sent, first match wins: the recipient blocked the sender, muted
+    them (a mute is also the DM thread's mute), unsubscribed from the event type, has no verified
+    address. The recipient's own decisions about this sender come first, so the log tells them
+    which of their choices held the e-mail back; ``no_email`` is a fact of the account and only
+    shows when no choice of theirs did."""
+    if facts.blocked:
+        return SuppressionReason.BLOCKED
+    if facts.muted:
+        return SuppressionReason.MUTED
+    if facts.unsubscribed:
+        return SuppressionReason.UNSUBSCRIBED
+    if not facts.email:
+        return SuppressionReason.NO_EMAIL
+    return None
+
+
+def job_payload(delivery_id: Any, notification: Notification) -> dict[str, Any]:
+    payload: dict[str, Any] = {"deliveryId": str(delivery_id), "linkPath": notification.link_path}
+    if notification.preview_message_id is not None:
+        payload["previewMessageId"] = str(notification.preview_message_id)
+    return payload
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    rates: NotificationRates
+    poll_interval: float
+    standby_interval: float
+    batch_size: int = DEFAULT_BATCH_SIZE
+    # Sending attempts of each job (MARKETPLACE_NOTIFICATION_MAX_ATTEMPTS).
+    max_attempts: int = 5
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ConsumerConfig:
+        poll = settings.events_relay_poll_interval_ms / 1000
+        return cls(
+            rates=settings.notification_rates,
+            poll_interval=poll,
+            standby_interval=max(1.0, 10 * poll),
+            max_attempts=settings.notification_max_attempts,
+        )
+
+
+@dataclass(frozen=True)
+class _Planned:
+    notification: Notification
+    facts: RecipientFacts
+    reason: SuppressionReason | None
+
+
+def consumer_application_name() -> str:
+    return f"marketplace notifications consumer {socket.gethostname()}:{os.getpid()}"
+
+
+class NotificationConsumer:
+    def __init__(self, dsn: str, limiter: Limiter, config: ConsumerConfig) -> None:
+        self.dsn = dsn
+        self.limiter = limiter
+        self.config = config
+        self.active = False
+        self.activations = 0
+        self.deliveries = 0  # rows this consumer wrote
+        self.events = 0  # events it consumed
+
+    async def run(self) -> None:
+        """Consume until cancelled; failures are logged and retried with backoff (a batch that
+        failed committed nothing and is read again)."""
+        backoff = self.config.poll_interval
+        while True:
+            activations = self.activations
+            try:
+                await self._session()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                raise_if_cancelling()
+                if self.activations != activations:
+                    backoff = self.config.poll_interval
+                log.warning(
+                    "notifications consumer failed; retrying in %.1fs", backoff, exc_info=True
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+
+    async def _session(self) -> None:
+        conn = await connect(self.dsn, application_name=consumer_application_name())
+        try:
+            # Standby until the active consumer's connection is gone (one round trip a try).
+            while True:
+                if await repo.try_consumer_lock(conn):
+                    break
+                await asyncio.sleep(self.config.standby_interval)
+            self.active = True
+            self.activations += 1
+            log.info("notifications consumer active")
+            wake = asyncio.Event()
+
+            def on_notify(*_: Any) -> None:
+                wake.set()
+
+            await conn.add_listener(events_repo.WAKE_CHANNEL, on_notify)
+            loop = asyncio.get_running_loop()
+            next_sweep = loop.time()
+            while True:
+                wake.clear()  # before the read: a commit notified during it still wakes us
+                if await self.consume_batch(conn) == self.config.batch_size:
+                    continue
+                if loop.time() >= next_sweep:
+                    await self.sweep_orphans(conn, 2 * ORPHAN_SWEEP_SECONDS)
+                    next_sweep = loop.time() + ORPHAN_SWEEP_SECONDS
+                with contextlib.suppress(TimeoutError):
+                    await wait_event(wake, self.config.poll_interval)
+        finally:
+            self.active = False
+            try:
+                await asyncio.wait_for(conn.close(), 2)
+            except Exception:
+                conn.terminate()
+
+    async def consume_batch(self, conn: Connection) -> int:
+        """Consume the next batch after the cursor in one transaction; the number of events read
+        (0: none waiting). ``conn`` must hold the consumer lock (or be the only consumer)."""
+        async with conn.transaction():
+            cursor = await repo.consumer_cursor(conn)
+            rows = await events_repo.read_after(
+                conn, cursor, self.config.batch_size, types=CONSUMED_TYPES
+            )
+            if not rows:
+                return 0
+            now = await repo.transaction_time(conn)
+            notifications = [
+                notification
+                for row in rows
+                for notification in await resolve(conn, event_from_row(row))
+            ]
+            facts = await repo.recipient_facts_many(
+                conn,
+                [(n.recipient_user_id, n.sender_user_id, str(n.event_type)) for n in notifications],
+            )
+            planned = [
+                _Planned(notification, fact, suppression_reason(fact))
+                for notification, fact in zip(notifications, facts, strict=True)
+                if fact is not None  # no account row: nobody to write a delivery for
+            ]
+            requests = [self._request(p.notification) for p in planned if p.reason is None]
+            verdicts = iter(await self.limiter.admit(requests, now) if requests else [])
+            await self._write(conn, planned, verdicts)
+            await repo.advance_consumer_cursor(conn, rows[-1].id)
+        self.events += len(rows)
+        return len(rows)
+
+    async def sweep_orphans(self, conn: Connection, within_seconds: float) -> int:
+        """Queued deliveries whose job failed without the handler's record (the reaper failed
+        the last attempt after its lease expired, or it timed out): ``failed``, with the job's
+        error. The handler records every failure it sees; this catches the ones it cannot."""
+        changed = await repo.fail_orphaned(conn, within_seconds)
+        if changed:
+            log.warning("%d deliveries failed with their jobs unrecorded", changed)
+        return changed
+
+    def _request(self, notification: Notification) -> LimitRequest:
+        rate = self.config.rates.for_type(notification.event_type)
+        return LimitRequest(
+            event_id=notification.event_id,
+            recipient_user_id=str(notification.recipient_user_id),
+            event_type=str(notification.event_type),
+            count=rate.count,
+            period_seconds=rate.period_seconds,
+        )
+
+    async def _write(
+        self, conn: Connection, planned: Sequence[_Planned], verdicts: Iterator[bool]
+    ) -> None:
+        """Insert every planned row in one statement, then enqueue the jobs of the new queued
+        ones in one statement and record their ids in one more."""
+        rows: list[repo.NewDelivery] = []
+        for plan in planned:
+            notification = plan.notification
+            if plan.reason is not None:
+                status, reason = DeliveryStatus.SUPPRESSED, str(plan.reason)
+            elif next(verdicts):
+                status, reason = DeliveryStatus.QUEUED, None
+            else:
+                status, reason = DeliveryStatus.RATE_LIMITED, None
+            rows.append(
+                repo.NewDelivery(
+                    event_id=notification.event_id,
+                    event_type=str(notification.event_type),
+                    recipient_user_id=notification.recipient_user_id,
+                    status=str(status),
+                    reason=reason,
+                    subject=notification.subject,
+                    email=plan.facts.email,
+                )
+            )
+        created = await repo.insert_deliveries(conn, rows)
+        self.deliveries += len(created)
+        jobs: list[tuple[str, dict[str, Any]]] = []
+        keyed: dict[str, Any] = {}
+        for plan, row in zip(planned, rows, strict=True):
+            delivery_id = created.get((row.event_id, row.recipient_user_id))
+            if delivery_id is None or row.status != DeliveryStatus.QUEUED:
+                continue  # not new (written by an earlier read of this event), or final
+            key = f"delivery:{delivery_id}"
+            keyed[key] = delivery_id
+            jobs.append((key, job_payload(delivery_id, plan.notification)))
+        job_ids = await enqueue_many(conn, QUEUE, jobs, max_attempts=self.config.max_attempts)
+        await repo.set_jobs(conn, [(keyed[key], job_id) for key, job_id in job_ids.items()])
+
+
+async def consume_all(consumer: NotificationConsumer, conn: asyncpg.Connection) -> int:
+    """Consume batches until none is waiting (tests, tools); the number of events read."""
+    total = 0
+    while count := await consumer.consume_batch(conn):
+        total += count
+    return total

@@ -1,0 +1,191 @@
+"""Who gets what: from an outbox event to the notification it calls for, if any
+(docs/notifications.md, "Who gets what").
+
+- ``bid_draft.created`` -> ``bid_draft``: the user actively linked to the project's owner
+  wallet;
+- ``dispute_evidence.submitted`` -> ``dispute_evidence``: the other party (evidence of the
+  owner: the user linked to the selected worker wallet; of the worker: the owner's);
+- ``chat.message`` -> ``project_chat_message``: the other party (sent from the owner wallet:
+  the selected worker's user; from the selected worker wallet: the owner's);
+- ``dm.message`` -> ``direct_message``: ``recipientUserId``.
+
+Recipients are resolved when the consumer reads the event, from the state at that moment
+(active wallet links, the selected worker). No notification (and no delivery row) when:
+
+- the event is of another type (``bid_draft.updated`` included: only a draft's creation mails);
+- the project is unknown (removed by a reorg) or has no selected worker where one is needed;
+- the recipient wallet has no active wallet link now (nobody to tell);
+- the chat sender's wallet is no longer a party (the worker was deselected since);
+- the recipient is the acting user (one user linked to both sides).
+
+The payload's ``userId`` / ``senderUserId`` is the acting user: the one a recipient may have
+muted or blocked (docs/notifications.md, suppression).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from marketplace.events.types import (
+    BidDraftCreated,
+    ChatMessage,
+    DisputeEvidenceSubmitted,
+    DmMessage,
+    Event,
+    EventType,
+)
+from marketplace.notifications.models import NotificationEventType
+from marketplace.storage.pool import Conn
+from marketplace.storage.repositories import notification_deliveries as repo
+
+# The outbox types the pipeline reads (its capability's `consumes`).
+CONSUMED_TYPES: tuple[str, ...] = (
+    EventType.BID_DRAFT_CREATED,
+    EventType.DISPUTE_EVIDENCE_SUBMITTED,
+    EventType.CHAT_MESSAGE,
+    EventType.DM_MESSAGE,
+)
+SUBJECT_MAX = 300
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One delivery an event calls for, before suppression and the rate limit."""
+
+    event_id: int
+    event_type: NotificationEventType
+    recipient_user_id: uuid.UUID
+    # The acting user (bidder, evidence submitter, message sender).
+    sender_user_id: uuid.UUID | None
+    subject: str
+    # Path of the link in the e-mail, below MARKETPLACE_PUBLIC_BASE_URL.
+    link_path: str
+    # The chat or direct message whose current text previews in the e-mail (None: no preview).
+    preview_message_id: uuid.UUID | None = None
+
+
+def project_link(project_address: str) -> str:
+    return f"/projects/{project_address.lower()}"
+
+
+def thread_link(thread_id: str) -> str:
+    return f"/messages/threads/{thread_id}"
+
+
+def _subject(text: str) -> str:
+    return text if len(text) <= SUBJECT_MAX else text[: SUBJECT_MAX - 1] + "…"
+
+
+def _project_name(address: str, title: str | None) -> str:
+    return f"“{title}”" if title else f"project {address.lower()}"
+
+
+def _uuid(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
+
+
+async def resolve(conn: Conn, event: Event) -> list[Notification]:
+    """The notifications ``event`` calls for (usually one, none if it has no recipient)."""
+    notification: Notification | None = None
+    if isinstance(event, BidDraftCreated):
+        notification = await _bid_draft(conn, event)
+    elif isinstance(event, DisputeEvidenceSubmitted):
+        notification = await _dispute_evidence(conn, event)
+    elif isinstance(event, ChatMessage):
+        notification = await _chat_message(conn, event)
+    elif isinstance(event, DmMessage):
+        notification = await _direct_message(conn, event)
+    if notification is None or notification.recipient_user_id == notification.sender_user_id:
+        return []
+    return [notification]
+
+
+async def _bid_draft(conn: Conn, event: BidDraftCreated) -> Notification | None:
+    payload = event.payload
+    parties = await repo.project_parties(conn, payload.projectAddress)
+    if parties is None or parties.owner_user_id is None:
+        return None
+    return Notification(
+        event_id=event.id,
+        event_type=NotificationEventType.BID_DRAFT,
+        recipient_user_id=parties.owner_user_id,
+        sender_user_id=_uuid(payload.userId),
+        subject=_subject(
+            f"New bid draft on {_project_name(payload.projectAddress, parties.title)}"
+        ),
+        link_path=project_link(payload.projectAddress),
+    )
+
+
+async def _dispute_evidence(conn: Conn, event: DisputeEvidenceSubmitted) -> Notification | None:
+    payload = event.payload
+    parties = await repo.project_parties(conn, payload.projectAddress)
+    if parties is None:
+        return None
+    if payload.submitterRole == "owner":
+        recipient = parties.worker_user_id
+    elif payload.submitterRole == "worker":
+        recipient = parties.owner_user_id
+    else:
+        return None
+    if recipient is None:
+        return None
+    project = _project_name(payload.projectAddress, parties.title)
+    return Notification(
+        event_id=event.id,
+        event_type=NotificationEventType.DISPUTE_EVIDENCE,
+        recipient_user_id=recipient,
+        sender_user_id=_uuid(payload.userId),
+        subject=_subject(
+            f"Dispute evidence submitted on {project}, milestone {payload.milestoneIndex}"
+        ),
+        link_path=project_link(payload.projectAddress),
+    )
+
+
+async def _chat_message(conn: Conn, event: ChatMessage) -> Notification | None:
+    payload = event.payload
+    parties = await repo.project_parties(conn, payload.projectAddress)
+    if parties is None or parties.selected_builder_address is None:
+        return None
+    sender_wallet = payload.senderWalletAddress.lower()
+    if sender_wallet == parties.owner_address:
+        recipient = parties.worker_user_id
+    elif sender_wallet == parties.selected_builder_address:
+        recipient = parties.owner_user_id
+    else:
+        return None
+    if recipient is None:
+        return None
+    project = _project_name(payload.projectAddress, parties.title)
+    return Notification(
+        event_id=event.id,
+        event_type=NotificationEventType.PROJECT_CHAT_MESSAGE,
+        recipient_user_id=recipient,
+        sender_user_id=_uuid(payload.senderUserId),
+        subject=_subject(f"New message in the chat of {project}"),
+        link_path=project_link(payload.projectAddress),
+        preview_message_id=_uuid(payload.messageId),
+    )
+
+
+async def _direct_message(conn: Conn, event: DmMessage) -> Notification | None:
+    payload = event.payload
+    recipient = _uuid(payload.recipientUserId)
+    sender = _uuid(payload.senderUserId)
+    if recipient is None:
+        return None
+    name = await repo.username(conn, sender) if sender is not None else None
+    return Notification(
+        event_id=event.id,
+        event_type=NotificationEventType.DIRECT_MESSAGE,
+        recipient_user_id=recipient,
+        sender_user_id=sender,
+        subject=_subject(f"New direct message from {name or 'a marketplace user'}"),
+        link_path=thread_link(payload.threadId),
+        preview_message_id=_uuid(payload.messageId),
+    )
