@@ -211,7 +211,7 @@ class Settings(BaseSettings):
     notification_rate_limit: str = DEFAULT_RATE
     # "module:attribute" of ``fn(settings) -> async send(delivery)``, the function the
     # `notifications` job handler sends each delivery with (resolved in the worker process).
-    notification_sender: str = "marketplace.notifications.sending:unwired_sender"
+    notification_sender: str = "marketplace.notifications.smtp_sender:smtp_sender"
 
     @field_validator("dispute_admin_wallets")
     @classmethod

@@ -45,26 +45,21 @@ class DeliveryToSend:
 Send = Callable[[DeliveryToSend], Awaitable[None]]
 SenderFactory = Callable[[Settings], Send]
 
-_senders: dict[str, Send] = {}
+# Per settings object and reference: a process's settings do not change, but a test process
+# builds workers with different ones. The settings are held, so their id is not reused.
+_senders: dict[tuple[int, str], tuple[Settings, Send]] = {}
 
 
 def sender_for(settings: Settings) -> Send:
-    """The configured sender, made once per process and reference."""
+    """The configured sender, made once per settings object and reference."""
     reference = settings.notification_sender
-    send = _senders.get(reference)
-    if send is None:
-        module_name, _, attribute = reference.partition(":")
-        factory: SenderFactory = getattr(importlib.import_module(module_name), attribute)
-        send = _senders[reference] = factory(settings)
-    return send
-
-
-def unwired_sender(settings: Settings) -> Send:
-    """The default until the SMTP sender is wired in: every delivery fails, permanently."""
-
-    async def send(delivery: DeliveryToSend) -> None:
-        raise PermanentJobError("no notification sender is configured")
-
+    cached = _senders.get((id(settings), reference))
+    if cached is not None:
+        return cached[1]
+    module_name, _, attribute = reference.partition(":")
+    factory: SenderFactory = getattr(importlib.import_module(module_name), attribute)
+    send = factory(settings)
+    _senders[(id(settings), reference)] = (settings, send)
     return send
 
 
