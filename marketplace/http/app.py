@@ -1,8 +1,12 @@
 """The aiohttp application factory.
 
-Each shared resource is one ``cleanup_ctx`` generator, so cleanup runs exactly for what started:
+Each shared resource is one context generator, so cleanup runs exactly for what started:
 Postgres pool, then Redis, then Ray; then each capability's own contexts, in the order of the
 explicit list in :mod:`marketplace.capabilities`, which also supplies the routes and guards.
+They run as one ``cleanup_ctx`` entry (:func:`_in_order`): when one fails to start, those
+already started are stopped at once. aiohttp would leave them running until someone called the
+app's cleanup, which nobody does after a failed startup (a test client's server, for one): the
+event relay kept relaying, holding the relay lock, in the test process of a CI run.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import redis.asyncio as aioredis
 from aiohttp import web
@@ -138,13 +142,13 @@ def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> w
         and logging.getLogger().isEnabledFor(logging.INFO),
         json_lines=settings.log_json,
     )
-    app.cleanup_ctx.extend([_access_log, _postgres, _redis, _ray, _event_relay])
+    contexts: list[AppContext] = [_access_log, _postgres, _redis, _ray, _event_relay]
 
     routes: list[Route] = []
     for capability in CAPABILITIES:
         for reference in capability.setup:
             resolve(reference)(app)
-        app.cleanup_ctx.extend(resolve(reference) for reference in capability.contexts)
+        contexts.extend(resolve(reference) for reference in capability.contexts)
         for reference in capability.routes:
             routes.extend(resolve(reference).routes)
     app[GUARD_HOOKS] = [resolve(reference) for _, reference in ordered_guards()]
@@ -153,5 +157,48 @@ def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> w
     for route in routes:
         app.router.add_route(route.method, route.path, make_endpoint(route), name=route.name)
     app[ROUTES] = routes
+    app.cleanup_ctx.append(_in_order(contexts))
     pin_recursion_limit()
     return app
+
+
+AppContext = Callable[[web.Application], AsyncIterator[None]]
+
+
+def _in_order(contexts: Sequence[AppContext]) -> AppContext:
+    """The contexts as one: started in order, stopped in reverse; if one fails to start, the
+    started ones are stopped before the failure propagates. Each is stopped as on a normal
+    shutdown (its code after ``yield`` runs): the failure is not thrown into them."""
+
+    async def run(app: web.Application) -> AsyncIterator[None]:
+        started: list[contextlib.AbstractAsyncContextManager[object]] = []
+        try:
+            for context in contexts:
+                # As aiohttp takes them: an async context manager, or an async generator.
+                made: object = context(app)
+                if not isinstance(made, contextlib.AbstractAsyncContextManager):
+                    made = contextlib.asynccontextmanager(context)(app)
+                await made.__aenter__()
+                started.append(made)
+        except BaseException:
+            await _stop_all(started)
+            raise
+        try:
+            yield
+        finally:
+            await _stop_all(started)
+
+    return run
+
+
+async def _stop_all(started: list[contextlib.AbstractAsyncContextManager[object]]) -> None:
+    failures: list[BaseException] = []
+    for context in reversed(started):
+        try:
+            await context.__aexit__(None, None, None)
+        except (Exception, asyncio.CancelledError) as exc:
+            failures.append(exc)
+    if len(failures) == 1:
+        raise failures[0]
+    if failures:
+        raise BaseExceptionGroup("several app contexts failed to stop", failures)
