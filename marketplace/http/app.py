@@ -165,13 +165,19 @@ def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> w
 AppContext = Callable[[web.Application], AsyncIterator[None]]
 
 
+# A context that takes longer to stop is abandoned (and logged), so the ones started before it
+# (the event relay with its lock, the pools) still stop: one stuck stop must not hold up the
+# shutdown, or leave the relay running in a process that goes on (a test process).
+CONTEXT_STOP_SECONDS = 30.0
+
+
 def _in_order(contexts: Sequence[AppContext]) -> AppContext:
     """The contexts as one: started in order, stopped in reverse; if one fails to start, the
     started ones are stopped before the failure propagates. Each is stopped as on a normal
     shutdown (its code after ``yield`` runs): the failure is not thrown into them."""
 
     async def run(app: web.Application) -> AsyncIterator[None]:
-        started: list[contextlib.AbstractAsyncContextManager[object]] = []
+        started: list[tuple[str, contextlib.AbstractAsyncContextManager[object]]] = []
         try:
             for context in contexts:
                 # As aiohttp takes them: an async context manager, or an async generator.
@@ -179,7 +185,7 @@ def _in_order(contexts: Sequence[AppContext]) -> AppContext:
                 if not isinstance(made, contextlib.AbstractAsyncContextManager):
                     made = contextlib.asynccontextmanager(context)(app)
                 await made.__aenter__()
-                started.append(made)
+                started.append((f"{context.__module__}.{context.__qualname__}", made))
         except BaseException:
             await _stop_all(started)
             raise
@@ -191,11 +197,16 @@ def _in_order(contexts: Sequence[AppContext]) -> AppContext:
     return run
 
 
-async def _stop_all(started: list[contextlib.AbstractAsyncContextManager[object]]) -> None:
+async def _stop_all(
+    started: list[tuple[str, contextlib.AbstractAsyncContextManager[object]]],
+) -> None:
     failures: list[BaseException] = []
-    for context in reversed(started):
+    for name, context in reversed(started):
         try:
-            await context.__aexit__(None, None, None)
+            async with asyncio.timeout(CONTEXT_STOP_SECONDS):
+                await context.__aexit__(None, None, None)
+        except TimeoutError:
+            log.error("app context %s did not stop within %.0f s", name, CONTEXT_STOP_SECONDS)
         except (Exception, asyncio.CancelledError) as exc:
             failures.append(exc)
     if len(failures) == 1:

@@ -68,3 +68,43 @@ async def test_a_failed_startup_stops_the_relay_and_what_else_started(
         assert await conn.fetch(RELAY_LOCK_HOLDERS, events_repo.RELAY_LOCK_KEY) == []
     finally:
         await conn.close()
+
+
+async def never_stops(app: web.Application) -> AsyncIterator[None]:
+    yield
+    await asyncio.Event().wait()  # a stop that hangs
+
+
+async def test_a_context_that_never_stops_does_not_keep_the_relay_running(
+    aiohttp_client: Any,
+    servers: Servers,
+    ray_cluster: None,
+    clean_state: None,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stuck = Capability(
+        name="stuck",
+        summary="never stops",
+        contexts=("tests.api.test_app_startup:never_stops",),
+    )
+    monkeypatch.setattr(app_module, "CAPABILITIES", (*CAPABILITIES, stuck))
+    monkeypatch.setattr(app_module, "CONTEXT_STOP_SECONDS", 1.0)
+    client = await aiohttp_client(app_module.create_app(make_settings(servers)))
+    conn = await asyncpg.connect(servers.database_url)
+    try:
+        for _ in range(200):
+            if await conn.fetch(RELAY_LOCK_HOLDERS, events_repo.RELAY_LOCK_KEY):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the relay never took its lock")
+        await asyncio.wait_for(client.close(), 30)
+        for _ in range(100):
+            if not await conn.fetch(RELAY_LOCK_HOLDERS, events_repo.RELAY_LOCK_KEY):
+                break
+            await asyncio.sleep(0.05)
+        assert await conn.fetch(RELAY_LOCK_HOLDERS, events_repo.RELAY_LOCK_KEY) == []
+    finally:
+        await conn.close()
+    assert "never_stops did not stop within 1 s" in caplog.text
