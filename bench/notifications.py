@@ -24,8 +24,8 @@ directory removed afterwards:
    that is not behind);
    for each delivery the time from its event's ``created_at`` to its ``sent_at`` (both from the
    database clock);
-5. ``baseline``: the same number of messages composed the same way (``smtp_sender.content_for``
-   + ``email.compose``, the same subjects, preview and unsubscribe link) and sent with
+5. ``baseline``: the same number of messages composed the same way (``smtp_sender.message_for``,
+   as the sender composes them: the same subjects, preview and unsubscribe link) and sent with
    ``aiosmtplib.send`` (one connection per message, as the sender does) from this process with
    ``baseline-concurrency`` sends in flight (default: as many as the app's workers run at
    once). Its latency is from the start of the run to each send's end (a burst, like ``burst``).
@@ -242,12 +242,11 @@ async def baseline(
     start, errors, wall seconds)."""
     import aiosmtplib
 
-    from marketplace.notifications.email import compose, sender_domain
     from marketplace.notifications.mailer import wire_format
     from marketplace.notifications.models import NotificationEventType
     from marketplace.notifications.recipients import thread_link
     from marketplace.notifications.sending import DeliveryToSend
-    from marketplace.notifications.smtp_sender import content_for
+    from marketplace.notifications.smtp_sender import message_for
 
     latencies: list[float] = []
     errors = 0
@@ -267,14 +266,7 @@ async def baseline(
             preview=BODY,
             attempt=1,
         )
-        message = compose(
-            content_for(settings, delivery),
-            mail_from=settings.mail_from,
-            preview_chars=settings.notification_preview_chars,
-        )
-        del message["Message-ID"]
-        message["Message-ID"] = f"<notification.{delivery.id}@{sender_domain(settings.mail_from)}>"
-        sender, rcpts, data = wire_format(message)
+        sender, rcpts, data = wire_format(message_for(settings, delivery))
         try:
             await aiosmtplib.send(
                 data, sender=sender, recipients=rcpts, hostname="127.0.0.1", port=smtp_port
