@@ -10,6 +10,8 @@ the delivery id), so a receiver can tell a retried send from a new e-mail.
 
 from __future__ import annotations
 
+from email.message import EmailMessage
+
 from marketplace.config import Settings
 from marketplace.jobs import PermanentJobError
 from marketplace.notifications.email import EmailContent, compose, sender_domain
@@ -47,19 +49,25 @@ def content_for(settings: Settings, delivery: DeliveryToSend) -> EmailContent:
     )
 
 
+def message_for(settings: Settings, delivery: DeliveryToSend) -> EmailMessage:
+    """The e-mail of ``delivery``, with the ``Message-ID`` made from its id."""
+    message = compose(
+        content_for(settings, delivery),
+        mail_from=settings.mail_from,
+        preview_chars=settings.notification_preview_chars,
+    )
+    del message["Message-ID"]
+    message["Message-ID"] = f"<notification.{delivery.id}@{sender_domain(settings.mail_from)}>"
+    return message
+
+
 def smtp_sender(settings: Settings) -> Send:
     target = settings.smtp_target
 
     async def send(delivery: DeliveryToSend) -> None:
         if target is None:
             raise PermanentJobError("no SMTP server is configured (MARKETPLACE_SMTP_URL)")
-        message = compose(
-            content_for(settings, delivery),
-            mail_from=settings.mail_from,
-            preview_chars=settings.notification_preview_chars,
-        )
-        del message["Message-ID"]
-        message["Message-ID"] = f"<notification.{delivery.id}@{sender_domain(settings.mail_from)}>"
+        message = message_for(settings, delivery)
         try:
             await send_message(target, message, SMTP_COMMAND_TIMEOUT_SECONDS)
         except PermanentMailError as exc:
