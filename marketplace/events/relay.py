@@ -25,27 +25,21 @@ from the cursor on, and what was older is read from Postgres.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 import asyncpg
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from marketplace.aio import raise_if_cancelling, wait_event
 from marketplace.config import Settings
-from marketplace.storage.pool import connect
+from marketplace.events.leader import OutboxLeader
 from marketplace.storage.repositories import events as repo
 
 log = logging.getLogger(__name__)
 
-MAX_BACKOFF_SECONDS = 10.0
 SWEEP_INTERVAL_SECONDS = 60.0
 SWEEP_BATCH = 10_000
 BATCH_INTERVAL_SECONDS = 0.01
@@ -83,12 +77,6 @@ class RelayConfig:
         )
 
 
-def relay_application_name() -> str:
-    """How a relay's connection names itself: ``pg_stat_activity`` then tells which host and
-    process holds the relay lock."""
-    return f"marketplace event relay {socket.gethostname()}:{os.getpid()}"
-
-
 def stream_entry(event: repo.StoredEvent) -> dict[str, str]:
     """The fields of an event's stream entry (its id is the entry id ``<id>-0``)."""
     return {
@@ -99,70 +87,40 @@ def stream_entry(event: repo.StoredEvent) -> dict[str, str]:
     }
 
 
-class EventRelay:
+class EventRelay(OutboxLeader):
+    role = "event relay"
+
     def __init__(self, dsn: str, redis: aioredis.Redis, config: RelayConfig) -> None:
-        self.dsn = dsn
+        super().__init__(
+            dsn,
+            poll_interval=config.poll_interval,
+            standby_interval=config.standby_interval,
+            log=log,
+        )
         self.redis = redis
         self.config = config
-        self.active = False
         self.relayed = 0  # entries this relay added to the stream
         self.already_relayed = 0  # entries Redis refused as already there
-        self.activations = 0  # times this relay became the active one
+        self._next_sweep = 0.0
 
-    async def run(self) -> None:
-        """Relay until cancelled; failures are logged and retried with backoff."""
-        backoff = self.config.poll_interval
-        while True:
-            activations = self.activations
-            try:
-                await self._session()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                # A library may have turned our cancellation into its own error (redis-py does).
-                raise_if_cancelling()
-                if self.activations != activations:  # it ran as the active relay meanwhile
-                    backoff = self.config.poll_interval
-                log.warning("event relay failed; retrying in %.1fs", backoff, exc_info=True)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+    async def try_lock(self, conn: asyncpg.Connection) -> bool:
+        return await repo.try_relay_lock(conn)
 
-    async def _session(self) -> None:
-        conn = await connect(self.dsn, application_name=relay_application_name())
-        try:
-            # Standby until the active relay's connection is gone (each try is one round trip).
-            while True:
-                if await repo.try_relay_lock(conn):
-                    break
-                await asyncio.sleep(self.config.standby_interval)
-            self.active = True
-            self.activations += 1
-            log.info("event relay active")
-            wake = asyncio.Event()
+    async def work(self, conn: asyncpg.Connection) -> bool:
+        batch = await repo.unrelayed(conn, self.config.batch_size)
+        if not batch:
+            return False
+        await self._relay(conn, batch)
+        if len(batch) == self.config.batch_size:
+            return True
+        await asyncio.sleep(self.config.batch_interval)
+        return False
 
-            def on_notify(*_: Any) -> None:
-                wake.set()
-
-            await conn.add_listener(repo.WAKE_CHANNEL, on_notify)
-            loop = asyncio.get_running_loop()
-            next_sweep = loop.time()
-            while True:
-                # Cleared before the read: a commit notified during it still wakes the wait.
-                wake.clear()
-                batch = await repo.unrelayed(conn, self.config.batch_size)
-                if batch:
-                    await self._relay(conn, batch)
-                    if len(batch) == self.config.batch_size:
-                        continue
-                    await asyncio.sleep(self.config.batch_interval)
-                if self.config.retention is not None and loop.time() >= next_sweep:
-                    await self._sweep(conn, self.config.retention)
-                    next_sweep = loop.time() + SWEEP_INTERVAL_SECONDS
-                with contextlib.suppress(TimeoutError):
-                    await wait_event(wake, self.config.poll_interval)
-        finally:
-            self.active = False
-            await _close(conn)
+    async def between(self, conn: asyncpg.Connection) -> None:
+        loop = asyncio.get_running_loop()
+        if self.config.retention is not None and loop.time() >= self._next_sweep:
+            await self._sweep(conn, self.config.retention)
+            self._next_sweep = loop.time() + SWEEP_INTERVAL_SECONDS
 
     async def _relay(self, conn: asyncpg.Connection, batch: Sequence[repo.StoredEvent]) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -202,9 +160,6 @@ class EventRelay:
                 log.info("swept %d relayed events older than %s", deleted, retention)
 
 
-async def _close(conn: asyncpg.Connection) -> None:
-    """Close, releasing the relay lock; never wait long on a dead server."""
-    try:
-        await asyncio.wait_for(conn.close(), 2)
-    except Exception:
-        conn.terminate()
+# How a relay's connection names itself in pg_stat_activity (which host and process holds the
+# relay lock).
+relay_application_name = EventRelay.application_name

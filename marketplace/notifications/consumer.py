@@ -21,24 +21,21 @@ not count its deliveries twice.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import asyncpg
 
-from marketplace.aio import raise_if_cancelling, wait_event
 from marketplace.config import Settings
 from marketplace.events.consumer import event_from_row
+from marketplace.events.leader import OutboxLeader
 from marketplace.jobs import enqueue_many
 from marketplace.notifications.models import DeliveryStatus, SuppressionReason
 from marketplace.notifications.rate_limit import LimitRequest, NotificationRates
 from marketplace.notifications.recipients import CONSUMED_TYPES, Notification, resolve
-from marketplace.storage.pool import Connection, connect
+from marketplace.storage.pool import Connection
 from marketplace.storage.repositories import events as events_repo
 from marketplace.storage.repositories import notification_deliveries as repo
 from marketplace.storage.repositories.notification_deliveries import RecipientFacts
@@ -46,7 +43,6 @@ from marketplace.storage.repositories.notification_deliveries import RecipientFa
 log = logging.getLogger(__name__)
 
 QUEUE = "notifications"
-MAX_BACKOFF_SECONDS = 10.0
 # How often the active consumer gives queued deliveries whose job failed unrecorded their
 # outcome, and how far back it looks (twice the interval: a missed round is caught next time).
 ORPHAN_SWEEP_SECONDS = 60.0
@@ -110,74 +106,34 @@ class _Planned:
     reason: SuppressionReason | None
 
 
-def consumer_application_name() -> str:
-    return f"marketplace notifications consumer {socket.gethostname()}:{os.getpid()}"
+class NotificationConsumer(OutboxLeader):
+    role = "notifications consumer"
 
-
-class NotificationConsumer:
     def __init__(self, dsn: str, limiter: Limiter, config: ConsumerConfig) -> None:
-        self.dsn = dsn
+        super().__init__(
+            dsn,
+            poll_interval=config.poll_interval,
+            standby_interval=config.standby_interval,
+            log=log,
+        )
         self.limiter = limiter
         self.config = config
-        self.active = False
-        self.activations = 0
         self.deliveries = 0  # rows this consumer wrote
         self.events = 0  # events it consumed
+        self._next_sweep = 0.0
 
-    async def run(self) -> None:
-        """Consume until cancelled; failures are logged and retried with backoff (a batch that
-        failed committed nothing and is read again)."""
-        backoff = self.config.poll_interval
-        while True:
-            activations = self.activations
-            try:
-                await self._session()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                raise_if_cancelling()
-                if self.activations != activations:
-                    backoff = self.config.poll_interval
-                log.warning(
-                    "notifications consumer failed; retrying in %.1fs", backoff, exc_info=True
-                )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+    async def try_lock(self, conn: asyncpg.Connection) -> bool:
+        return await repo.try_consumer_lock(conn)
 
-    async def _session(self) -> None:
-        conn = await connect(self.dsn, application_name=consumer_application_name())
-        try:
-            # Standby until the active consumer's connection is gone (one round trip a try).
-            while True:
-                if await repo.try_consumer_lock(conn):
-                    break
-                await asyncio.sleep(self.config.standby_interval)
-            self.active = True
-            self.activations += 1
-            log.info("notifications consumer active")
-            wake = asyncio.Event()
+    async def work(self, conn: asyncpg.Connection) -> bool:
+        """A batch failed commits nothing and is read again after the backoff."""
+        return await self.consume_batch(conn) == self.config.batch_size
 
-            def on_notify(*_: Any) -> None:
-                wake.set()
-
-            await conn.add_listener(events_repo.WAKE_CHANNEL, on_notify)
-            loop = asyncio.get_running_loop()
-            next_sweep = loop.time()
-            while True:
-                wake.clear()  # before the read: a commit notified during it still wakes us
-                if await self.consume_batch(conn) == self.config.batch_size:
-                    continue
-                if loop.time() >= next_sweep:
-                    await self.sweep_orphans(conn, 2 * ORPHAN_SWEEP_SECONDS)
-                    next_sweep = loop.time() + ORPHAN_SWEEP_SECONDS
-                with contextlib.suppress(TimeoutError):
-                    await wait_event(wake, self.config.poll_interval)
-        finally:
-            self.active = False
-            try:
-                await asyncio.wait_for(conn.close(), 2)
-            except Exception:
-                conn.terminate()
+    async def between(self, conn: asyncpg.Connection) -> None:
+        loop = asyncio.get_running_loop()
+        if loop.time() >= self._next_sweep:
+            await self.sweep_orphans(conn, 2 * ORPHAN_SWEEP_SECONDS)
+            self._next_sweep = loop.time() + ORPHAN_SWEEP_SECONDS
 
     async def consume_batch(self, conn: Connection) -> int:
         """Consume the next batch after the cursor in one transaction; the number of events read
