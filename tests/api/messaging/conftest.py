@@ -10,54 +10,30 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
-import pytest
 
 from marketplace.http.keys import SESSION_RECORDER
 from marketplace.identity.permissions import set_flags
 from tests.api.records.conftest import (
-    AppFactory,
     Party,
     error_code,
     linked_party,
     seed_project,
 )
-from tests.conftest import Servers, User, make_settings, new_user
+from tests.conftest import User, new_user
+from tests.support import apps
+
+# The shared app fixtures (tests/support/apps.py).
+client = apps.client
+db = apps.db
+make_client = apps.make_client
 
 __all__ = ["Party", "error_code", "linked_party", "seed_project"]
 
 BODY = "hello from the tests"
-
-
-@pytest.fixture
-def make_client(
-    aiohttp_client: Any, servers: Servers, ray_cluster: None, clean_state: None
-) -> AppFactory:
-    """Build a client of a fresh app with settings overrides."""
-    from marketplace.http.app import create_app
-
-    async def build(**overrides: Any) -> Any:
-        return await aiohttp_client(create_app(make_settings(servers, **overrides)))
-
-    return build
-
-
-@pytest.fixture
-async def client(make_client: AppFactory) -> Any:
-    return await make_client()
-
-
-@pytest.fixture
-async def db(servers: Servers, client: Any) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(servers.database_url)
-    try:
-        yield conn
-    finally:
-        await conn.close()
 
 
 @dataclass

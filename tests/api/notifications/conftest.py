@@ -7,15 +7,19 @@ jobs that write them have their own tests); the API only reads them.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
-import pytest
 
 from tests.api.messaging.conftest import moderation_admin, signed_in
-from tests.api.records.conftest import AppFactory, error_code
-from tests.conftest import UNSUBSCRIBE_SECRET, Servers, make_settings
+from tests.api.records.conftest import error_code
+from tests.conftest import UNSUBSCRIBE_SECRET
+from tests.support import apps
+
+# The shared app fixtures (tests/support/apps.py).
+client = apps.client
+db = apps.db
+make_client = apps.make_client
 
 __all__ = ["error_code", "moderation_admin", "signed_in"]
 
@@ -33,32 +37,6 @@ RETURNING id, seq
 """
 
 _next_event_id = iter(range(1, 10**9))
-
-
-@pytest.fixture
-def make_client(
-    aiohttp_client: Any, servers: Servers, ray_cluster: None, clean_state: None
-) -> AppFactory:
-    from marketplace.http.app import create_app
-
-    async def build(**overrides: Any) -> Any:
-        return await aiohttp_client(create_app(make_settings(servers, **overrides)))
-
-    return build
-
-
-@pytest.fixture
-async def client(make_client: AppFactory) -> Any:
-    return await make_client()
-
-
-@pytest.fixture
-async def db(servers: Servers, client: Any) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(servers.database_url)
-    try:
-        yield conn
-    finally:
-        await conn.close()
 
 
 async def add_delivery(

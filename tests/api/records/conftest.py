@@ -9,50 +9,27 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
-import pytest
 
 from tests.api.identity.conftest import Wallet, link_wallet
-from tests.conftest import Servers, User, make_settings, new_user
+from tests.conftest import User, new_user
+from tests.support import apps
+
+# The shared app fixtures (tests/support/apps.py).
+client = apps.client
+db = apps.db
+make_client = apps.make_client
+AppFactory = apps.AppFactory
 
 _positions = itertools.count(1)
 
-AppFactory = Callable[..., Awaitable[Any]]
 HASH_A = "0x" + "a1" * 32
 HASH_B = "0x" + "b2" * 32
 ZERO_HASH = "0x" + "00" * 32
-
-
-@pytest.fixture
-def make_client(
-    aiohttp_client: Any, servers: Servers, ray_cluster: None, clean_state: None
-) -> AppFactory:
-    """Build a client of a fresh app with settings overrides."""
-    from marketplace.http.app import create_app
-
-    async def build(**overrides: Any) -> Any:
-        return await aiohttp_client(create_app(make_settings(servers, **overrides)))
-
-    return build
-
-
-@pytest.fixture
-async def client(make_client: AppFactory) -> Any:
-    return await make_client()
-
-
-@pytest.fixture
-async def db(servers: Servers, client: Any) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(servers.database_url)
-    try:
-        yield conn
-    finally:
-        await conn.close()
 
 
 @dataclass

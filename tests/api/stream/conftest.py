@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,24 +20,13 @@ import pytest
 
 from marketplace.events.types import EventType, NewEvent
 from marketplace.storage.repositories import events as events_repo
-from tests.conftest import Servers, make_settings
+from tests.conftest import Servers
+from tests.support import apps
 
-AppFactory = Callable[..., Awaitable[Any]]
+# The shared app factory (tests/support/apps.py): each call is another frontend.
+make_client = apps.make_client
+AppFactory = apps.AppFactory
 _blocks = itertools.count(20_000)
-
-
-@pytest.fixture
-def make_client(
-    aiohttp_client: Any, servers: Servers, ray_cluster: None, clean_state: None
-) -> AppFactory:
-    """Build a client of a fresh app with settings overrides (each call is another frontend
-    on the same PostgreSQL and Redis)."""
-    from marketplace.http.app import create_app
-
-    async def build(**overrides: Any) -> Any:
-        return await aiohttp_client(create_app(make_settings(servers, **overrides)))
-
-    return build
 
 
 @pytest.fixture
