@@ -213,6 +213,41 @@ class Settings(BaseSettings):
     # `notifications` job handler sends each delivery with (resolved in the worker process).
     notification_sender: str = "marketplace.notifications.smtp_sender:smtp_sender"
 
+    # --- verifier jobs; see docs/verifier.md ----------------------------------------------------
+    # Ray actors running `verifier` jobs, one job at a time each, spread over the cluster's nodes.
+    verifier_pool_size: int = Field(default=2, ge=0, le=64)
+    # Attempts of one job (transient errors only: a deterministic negative result completes).
+    verifier_max_attempts: int = Field(default=3, ge=1, le=20)
+    # Raw evidence and execution logs are deleted this long after the job completed.
+    verifier_retention_days: int = Field(default=30, ge=1, le=3650)
+    # Where `github-ref` and the test policies fetch `OWNER/REPO` from (http(s):// or file://).
+    verifier_git_base_url: str = "https://github.com"
+    # Host of `figma-ref` URLs.
+    verifier_figma_host: str = "www.figma.com"
+    # `ipfs://CID/path` is fetched as <gateway>/ipfs/CID/path.
+    verifier_ipfs_gateway_url: str = "https://ipfs.io"
+    # Let policies fetch from private, loopback and link-local addresses (tests, private
+    # deployments); off, every URL is checked after DNS resolution (SSRF).
+    verifier_allow_private_hosts: bool = False
+    # The attestation signer's key (0x + 64 hex). Unset under `up`: the devnet's dev verifier key.
+    # Unset under `serve`: `POST /v1/verifier/jobs` answers 503 (a result without an attestation
+    # would not be a VerificationResult). A secret: never logged.
+    verifier_private_key: SecretStr | None = None
+    # An attestation's deadline: the chain's latest block time plus this.
+    verifier_attestation_ttl_seconds: int = Field(default=3600, ge=60, le=30 * 86_400)
+    # Limits of one test policy run (`npm-test`, `cargo-test`, `forge-test`): wall clock, CPU
+    # seconds and address space of the commands; their output is kept up to max_log_bytes.
+    verifier_command_timeout_seconds: float = Field(default=600.0, gt=0, le=7200)
+    verifier_command_cpu_seconds: int = Field(default=600, ge=1, le=7200)
+    verifier_command_memory_mb: int = Field(default=4096, ge=64, le=65_536)
+    verifier_max_log_bytes: int = Field(default=65_536, ge=1024, le=10_485_760)
+    # Per HTTP request a policy makes (figma-ref, screenshot-ref) and the largest image accepted.
+    verifier_http_timeout_seconds: float = Field(default=20.0, gt=0, le=300)
+    verifier_max_image_bytes: int = Field(default=10_485_760, ge=1024, le=104_857_600)
+    # Bearer token of `POST /v1/verify` on the verifier runtime (`marketplace verifier serve`);
+    # unset: that route refuses everyone.
+    verifier_scheduler_token: SecretStr | None = None
+
     @field_validator("dispute_admin_wallets")
     @classmethod
     def _check_wallets(cls, value: list[str]) -> list[str]:
@@ -275,6 +310,34 @@ class Settings(BaseSettings):
                 "MARKETPLACE_NOTIFICATION_UNSUBSCRIBE_SECRET must be at least 32 characters"
             )
         return value
+
+    @field_validator("verifier_private_key", "verifier_scheduler_token", mode="before")
+    @classmethod
+    def _unset_verifier_secrets(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @field_validator("verifier_private_key")
+    @classmethod
+    def _check_verifier_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not re.fullmatch(r"0x[0-9a-fA-F]{64}", value.get_secret_value()):
+            raise ValueError(
+                "MARKETPLACE_VERIFIER_PRIVATE_KEY must be 0x followed by 64 hex digits"
+            )
+        return value
+
+    @field_validator("verifier_scheduler_token")
+    @classmethod
+    def _check_scheduler_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 32:
+            raise ValueError("MARKETPLACE_VERIFIER_SCHEDULER_TOKEN must be at least 32 characters")
+        return value
+
+    @field_validator("verifier_git_base_url", "verifier_ipfs_gateway_url")
+    @classmethod
+    def _check_verifier_urls(cls, value: str) -> str:
+        if not re.fullmatch(r"(https?|file)://\S+", value):
+            raise ValueError(f"must be an http(s):// or file:// URL, got {value!r}")
+        return value.rstrip("/")
 
     @field_validator("jobs_workers")
     @classmethod
