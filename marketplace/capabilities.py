@@ -200,6 +200,23 @@ CAPABILITIES: tuple[Capability, ...] = (
         ),
     ),
     Capability(
+        name="verifier",
+        summary=(
+            "verifier jobs: deterministic policy checks on the `verifier` pool (Ray actors), "
+            "evidence, EIP-712 attestations, the retention sweep, the verifier runtime"
+        ),
+        routes=(f"{ROUTES}.verifier:routes",),
+        contexts=(f"{ROUTES}.verifier:retention_sweeper",),
+        queues=("marketplace.verifier.execution:VERIFIER_QUEUE",),
+        cli=(
+            Command(
+                "verifier",
+                "run the verifier runtime (`POST /v1/verify`) on the Ray cluster",
+                "marketplace.http.verifier_runtime:configure",
+            ),
+        ),
+    ),
+    Capability(
         name="devnet",
         summary="`marketplace devnet ...`: drive the local demo chain (never loaded by serve)",
         cli=(

@@ -106,9 +106,10 @@ def make_settings(servers: Servers, **overrides: Any) -> Settings:
         # The notifications consumer takes a database-wide lock and reads every test's events:
         # only the tests about it start one (tests/integration/notifications/).
         "notification_pipeline_enabled": False,
-        # Nor do apps start `notifications` job workers: detached, they would outlive the app
-        # and send other tests' deliveries with whatever sender they were created with.
-        "jobs_workers": {"notifications": 0},
+        # Nor do apps start `notifications` or `verifier` job workers: detached, they would
+        # outlive the app and run other tests' jobs with the settings they were created with
+        # (sender, chain). Tests of those queues run a worker themselves.
+        "jobs_workers": {"notifications": 0, "verifier": 0},
     }
     values.update(overrides)
     return Settings(**values)

@@ -27,6 +27,7 @@ import time
 import uuid
 from typing import Any
 
+import ray
 import redis.asyncio as aioredis
 
 from marketplace.actors.options import ActorSpec
@@ -81,7 +82,9 @@ class JobWorkerActor:
             aioredis.Redis.from_url(self.settings.redis_url) if self.settings.redis_url else None
         )
         metrics = JobMetricsRecorder(redis)
-        worker = JobWorker(self.spec, pool, self.settings, owner=self.owner, metrics=metrics)
+        worker = JobWorker(
+            self.spec, pool, self.settings, owner=self.owner, metrics=metrics, location=location()
+        )
         listener = JobNotifications(
             self.settings.database_url, on_queue=worker.notify, on_connect=worker.wake
         )
@@ -122,6 +125,17 @@ class JobWorkerActor:
             await self.worker.stop(grace_seconds)
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+
+
+def location() -> dict[str, str]:
+    """This actor's Ray node and actor (recorded by handlers that say where they ran)."""
+    context = ray.get_runtime_context()
+    return {
+        "nodeId": context.get_node_id(),
+        "nodeAddress": ray.util.get_node_ip_address(),
+        "actorId": context.get_actor_id() or "",
+        "actorName": context.get_actor_name() or "",
+    }
 
 
 def worker_name(queue: str, index: int) -> str:

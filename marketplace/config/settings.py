@@ -244,9 +244,6 @@ class Settings(BaseSettings):
     # Per HTTP request a policy makes (figma-ref, screenshot-ref) and the largest image accepted.
     verifier_http_timeout_seconds: float = Field(default=20.0, gt=0, le=300)
     verifier_max_image_bytes: int = Field(default=10_485_760, ge=1024, le=104_857_600)
-    # Bearer token of `POST /v1/verify` on the verifier runtime (`marketplace verifier serve`);
-    # unset: that route refuses everyone.
-    verifier_scheduler_token: SecretStr | None = None
 
     @field_validator("dispute_admin_wallets")
     @classmethod
@@ -311,7 +308,7 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("verifier_private_key", "verifier_scheduler_token", mode="before")
+    @field_validator("verifier_private_key", mode="before")
     @classmethod
     def _unset_verifier_secrets(cls, value: object) -> object:
         return None if value == "" else value
@@ -323,13 +320,6 @@ class Settings(BaseSettings):
             raise ValueError(
                 "MARKETPLACE_VERIFIER_PRIVATE_KEY must be 0x followed by 64 hex digits"
             )
-        return value
-
-    @field_validator("verifier_scheduler_token")
-    @classmethod
-    def _check_scheduler_token(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and len(value.get_secret_value()) < 32:
-            raise ValueError("MARKETPLACE_VERIFIER_SCHEDULER_TOKEN must be at least 32 characters")
         return value
 
     @field_validator("verifier_git_base_url", "verifier_ipfs_gateway_url")
@@ -384,6 +374,11 @@ class Settings(BaseSettings):
                 f"MARKETPLACE_NOTIFICATION_SENDER must be 'module:attribute', got {value!r}"
             )
         return value
+
+    @property
+    def verifier_job_timeout_seconds(self) -> float:
+        """One verifier attempt: the test commands' limit plus time to clone and to sign."""
+        return self.verifier_command_timeout_seconds + 300.0
 
     @property
     def notification_rates(self) -> NotificationRates:

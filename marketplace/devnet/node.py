@@ -15,11 +15,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic import SecretStr
 from web3 import Web3
 
 from marketplace.config import Settings
 from marketplace.devnet.anvil import AnvilProcess
 from marketplace.devnet.deploy import (
+    DEV_VERIFIER_PRIVATE_KEY,
     USDC_DECIMALS,
     Deployment,
     deploy_dev_defaults,
@@ -111,5 +113,8 @@ def start_devnet(settings: Settings, started: list[Stoppable]) -> Settings:
             "chain_id": deployment.chain_id,
             "registry_address": deployment.registry,
             "chain_start_block": deployment.start_block,
+            # The devnet's contracts trust the dev verifier key; an operator's own key wins.
+            "verifier_private_key": settings.verifier_private_key
+            or SecretStr(DEV_VERIFIER_PRIVATE_KEY),
         }
     )

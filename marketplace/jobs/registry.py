@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -40,6 +40,9 @@ class JobContext:
     lease_owner: str
     # "running" -> "completing" -> "completed"; the heartbeat leaves a completing job alone.
     phase: str = "running"
+    # Where the attempt runs (Ray node and actor ids, when in an actor), for handlers that
+    # record it.
+    location: dict[str, str] = field(default_factory=dict)
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -93,6 +96,11 @@ class QueueSpec:
     # Worker actors for this queue; None: ``jobs_workers_per_queue``. ``jobs_workers``
     # (per queue, from the environment) overrides both.
     workers: int | None = None
+    # Names of settings that hold this queue's worker count and attempt timeout (a queue whose
+    # sizing is its own setting, such as MARKETPLACE_VERIFIER_POOL_SIZE); they win over
+    # ``workers`` and ``timeout_seconds``, and ``jobs_workers`` wins over them.
+    workers_setting: str | None = None
+    timeout_setting: str | None = None
 
     def __post_init__(self) -> None:
         check_queue_name(self.name)
@@ -103,12 +111,16 @@ class QueueSpec:
     def worker_count(self, settings: Settings) -> int:
         if self.name in settings.jobs_workers:
             return settings.jobs_workers[self.name]
+        if self.workers_setting is not None:
+            return int(getattr(settings, self.workers_setting))
         return self.workers if self.workers is not None else settings.jobs_workers_per_queue
 
     def effective_concurrency(self, settings: Settings) -> int:
         return self.concurrency or settings.jobs_concurrency
 
     def effective_timeout(self, settings: Settings) -> float:
+        if self.timeout_setting is not None:
+            return float(getattr(settings, self.timeout_setting))
         return self.timeout_seconds or settings.jobs_timeout_seconds
 
 

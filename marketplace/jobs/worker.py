@@ -104,8 +104,10 @@ class JobWorker:
         config: WorkerConfig | None = None,
         metrics: JobMetricsRecorder | None = None,
         rng: random.Random | None = None,
+        location: dict[str, str] | None = None,
     ) -> None:
         self.spec = spec
+        self.location = dict(location or {})
         self.pool = pool
         self.settings = settings
         self.owner = owner
@@ -223,7 +225,7 @@ class JobWorker:
             await repo.prune_completed(self.pool, self.config.completed_retention_seconds)
 
     def _start(self, job: Job) -> None:
-        ctx = JobContext(job, self.pool, self.settings, self.owner)
+        ctx = JobContext(job, self.pool, self.settings, self.owner, location=self.location)
         started = time.monotonic()
         attempt = _Attempt(job, ctx, started, started + self.config.timeout_seconds)
         self._active[job.id] = attempt

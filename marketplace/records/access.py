@@ -34,6 +34,7 @@ class ProjectParties:
     dispute_phase: str | None
     dispute_milestone_index: int | None
     dispute_opened_at: int | None
+    milestone_count: int
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> ProjectParties:
@@ -49,6 +50,7 @@ class ProjectParties:
             dispute_phase=row["dispute_phase"],
             dispute_milestone_index=row["dispute_milestone_index"],
             dispute_opened_at=row["dispute_opened_at"],
+            milestone_count=row["milestone_count"],
         )
 
     def role_of(self, wallet: str) -> str | None:

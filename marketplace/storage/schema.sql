@@ -276,6 +276,8 @@ CREATE TABLE public.milestones (
     attested_on_chain boolean DEFAULT false NOT NULL,
     latest_verifier_job_id uuid,
     latest_verifier_passes boolean,
+    latest_verifier_evidence_hash text,
+    CONSTRAINT milestones_latest_verifier_evidence_hash_check CHECK (((latest_verifier_evidence_hash IS NULL) OR (latest_verifier_evidence_hash ~ '^0x[0-9a-f]{64}$'::text))),
     CONSTRAINT milestones_milestone_index_check CHECK (((milestone_index >= 0) AND (milestone_index <= 65535))),
     CONSTRAINT milestones_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'submitted'::text, 'approved'::text, 'rejected'::text, 'disputed'::text, 'attested'::text])))
 );
@@ -519,6 +521,57 @@ CREATE TABLE public.users (
     CONSTRAINT users_email_check CHECK (((email IS NULL) OR ((char_length(email) >= 3) AND (char_length(email) <= 320))))
 );
 
+CREATE TABLE public.verifier_jobs (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    seq bigint NOT NULL,
+    job_id bigint,
+    created_by uuid NOT NULL,
+    project_address text NOT NULL,
+    milestone_index integer NOT NULL,
+    check_policy_id text NOT NULL,
+    delivery_ref text NOT NULL,
+    chain_id bigint NOT NULL,
+    requested_nonce numeric(78,0),
+    requested_deadline numeric(78,0),
+    attestation_nonce numeric(78,0) NOT NULL,
+    max_attempts integer NOT NULL,
+    status text,
+    attempt_count integer,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    completed_at timestamp with time zone,
+    retention_expires_at timestamp with time zone,
+    passes boolean,
+    evidence_hash text,
+    evidence jsonb,
+    attestation jsonb,
+    raw_evidence jsonb,
+    logs text,
+    raw_deleted_at timestamp with time zone,
+    CONSTRAINT verifier_jobs_attempt_count_check CHECK ((attempt_count >= 0)),
+    CONSTRAINT verifier_jobs_attestation_nonce_check CHECK ((attestation_nonce >= (0)::numeric)),
+    CONSTRAINT verifier_jobs_chain_id_check CHECK ((chain_id >= 1)),
+    CONSTRAINT verifier_jobs_check_policy_id_check CHECK ((check_policy_id = ANY (ARRAY['github-ref'::text, 'address-smoke'::text, 'forge-test'::text, 'cargo-test'::text, 'npm-test'::text, 'figma-ref'::text, 'screenshot-ref'::text]))),
+    CONSTRAINT verifier_jobs_completed CHECK (((status = 'completed'::text) = ((completed_at IS NOT NULL) AND (passes IS NOT NULL) AND (evidence_hash IS NOT NULL) AND (attestation IS NOT NULL)))),
+    CONSTRAINT verifier_jobs_delivery_ref_check CHECK (((char_length(delivery_ref) >= 1) AND (char_length(delivery_ref) <= 2048))),
+    CONSTRAINT verifier_jobs_evidence_hash_check CHECK (((evidence_hash IS NULL) OR (evidence_hash ~ '^0x[0-9a-f]{64}$'::text))),
+    CONSTRAINT verifier_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
+    CONSTRAINT verifier_jobs_milestone_index_check CHECK (((milestone_index >= 0) AND (milestone_index <= 65535))),
+    CONSTRAINT verifier_jobs_project_address_check CHECK ((project_address ~ '^0x[0-9a-f]{40}$'::text)),
+    CONSTRAINT verifier_jobs_requested_deadline_check CHECK ((requested_deadline >= (1)::numeric)),
+    CONSTRAINT verifier_jobs_requested_nonce_check CHECK ((requested_nonce >= (0)::numeric)),
+    CONSTRAINT verifier_jobs_status_check CHECK (((status IS NULL) OR (status = 'completed'::text)))
+);
+
+ALTER TABLE public.verifier_jobs ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.verifier_jobs_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE public.wallet_link_challenges (
     challenge_id uuid NOT NULL,
     user_id uuid NOT NULL,
@@ -687,6 +740,12 @@ ALTER TABLE ONLY public.usernames
 ALTER TABLE ONLY public.users
     ADD CONSTRAINT users_pkey PRIMARY KEY (user_id);
 
+ALTER TABLE ONLY public.verifier_jobs
+    ADD CONSTRAINT verifier_jobs_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.verifier_jobs
+    ADD CONSTRAINT verifier_jobs_seq_key UNIQUE (seq);
+
 ALTER TABLE ONLY public.wallet_link_challenges
     ADD CONSTRAINT wallet_link_challenges_pkey PRIMARY KEY (challenge_id);
 
@@ -752,6 +811,14 @@ CREATE INDEX projects_status_order ON public.projects USING btree (status, creat
 CREATE INDEX user_blocks_blocked ON public.user_blocks USING btree (blocked_user_id);
 
 CREATE UNIQUE INDEX usernames_lower_unique ON public.usernames USING btree (lower(username));
+
+CREATE INDEX verifier_jobs_creator ON public.verifier_jobs USING btree (created_by, seq DESC);
+
+CREATE UNIQUE INDEX verifier_jobs_job ON public.verifier_jobs USING btree (job_id);
+
+CREATE INDEX verifier_jobs_project ON public.verifier_jobs USING btree (project_address, milestone_index, seq DESC);
+
+CREATE INDEX verifier_jobs_retention ON public.verifier_jobs USING btree (retention_expires_at) WHERE ((raw_deleted_at IS NULL) AND (retention_expires_at IS NOT NULL));
 
 CREATE INDEX wallet_link_challenges_user_expiry ON public.wallet_link_challenges USING btree (user_id, expires_at);
 
@@ -860,6 +927,9 @@ ALTER TABLE ONLY public.user_mutes
 
 ALTER TABLE ONLY public.usernames
     ADD CONSTRAINT usernames_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(user_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.verifier_jobs
+    ADD CONSTRAINT verifier_jobs_created_by_fkey FOREIGN KEY (created_by) REFERENCES public.users(user_id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.wallet_link_challenges
     ADD CONSTRAINT wallet_link_challenges_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(user_id) ON DELETE CASCADE;

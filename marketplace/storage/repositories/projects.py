@@ -57,7 +57,8 @@ PROJECT_COLUMNS = """
 MILESTONES_AGGREGATE = """
     ARRAY(
         SELECT ROW(m.milestone_index, m.status, m.payout_usdc, m.deadline_at, m.approved_at,
-                   m.resolved_at, m.submitted_at, m.delivery_ref_hash, m.latest_evidence_hash,
+                   m.resolved_at, m.submitted_at, m.delivery_ref_hash,
+                   coalesce(m.latest_verifier_evidence_hash, m.latest_evidence_hash),
                    m.latest_verifier_job_id, m.latest_verifier_passes, m.attested_on_chain)
         FROM milestones m WHERE m.project_address = p.project_address
         ORDER BY m.milestone_index
@@ -220,10 +221,12 @@ WHERE p.project_address = $1::text AND {VISIBLE_TO_ANONYMOUS}
 SELECT_VISIBLE_PROJECT_PARTIES = f"""
 SELECT p.project_address, p.owner_address, p.status, p.project_mode, p.bidding_access,
        p.selected_builder_address, p.allowlist, p.challenge_submission_count,
-       p.dispute_phase, p.dispute_milestone_index, p.dispute_opened_at
+       p.dispute_phase, p.dispute_milestone_index, p.dispute_opened_at, p.milestone_count
 FROM projects p CROSS JOIN (SELECT $2::text[] AS wallets) v
-WHERE p.project_address = $1::text AND ({VISIBLE_TO_VIEWER} OR v.wallets && $3::text[])
+WHERE p.project_address = $1::text
+  AND ($4::bool OR {VISIBLE_TO_VIEWER} OR v.wallets && $3::text[])
 """
+SELECT_IS_INDEXED = "SELECT EXISTS (SELECT 1 FROM projects WHERE project_address = $1)"
 
 # Callers' active wallets and, through them, the project if visible: one round trip for the
 # pair every write rule starts with, for any number of (user, project) pairs. One row per pair,
@@ -232,7 +235,7 @@ SELECT_CALLERS_AND_VISIBLE_PROJECTS = f"""
 SELECT v.wallets, p.project_address, p.owner_address, p.status, p.project_mode,
        p.bidding_access, p.selected_builder_address, p.allowlist,
        p.challenge_submission_count, p.dispute_phase, p.dispute_milestone_index,
-       p.dispute_opened_at
+       p.dispute_opened_at, p.milestone_count
 FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS q(user_id, project_address, n)
 CROSS JOIN LATERAL (
     SELECT coalesce(array_agg(wallet_address ORDER BY wallet_address), '{{}}') AS wallets
@@ -335,13 +338,20 @@ async def visible_project_parties(
     wallets: Iterable[str],
     *,
     also_visible_to: Iterable[str] = (),
+    everyone: bool = False,
 ) -> asyncpg.Record | None:
     """The project's parties and state for the records' rules, or None when it is not indexed or
-    hidden from a holder of ``wallets`` (lower-case); holders of ``also_visible_to`` see it too.
+    hidden from a holder of ``wallets`` (lower-case); holders of ``also_visible_to`` see it too,
+    and with ``everyone`` (an administrator) nothing is hidden.
     """
     return await conn.fetchrow(
         SELECT_VISIBLE_PROJECT_PARTIES,
         project_address.lower(),
         sorted(wallets),
         sorted(also_visible_to),
+        everyone,
     )
+
+
+async def is_indexed(conn: Conn, project_address: str) -> bool:
+    return bool(await conn.fetchval(SELECT_IS_INDEXED, project_address.lower()))

@@ -1,0 +1,40 @@
+"""One policy run as a Ray task, for the verifier runtime's synchronous ``POST /v1/verify``.
+
+The task reserves one CPU (so concurrent runs queue for the cluster's CPUs instead of starving
+each other) and is spread over the nodes like the verifier pool's actors. It runs the same
+:func:`marketplace.verifier.policies.run_policy` as a queued job, but signs nothing and stores
+nothing: the runtime answers the outcome to its caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from marketplace.config import Settings
+from marketplace.verifier.evidence import evidence_hash
+from marketplace.verifier.policies import run_policy
+from marketplace.verifier.policy import PolicyContext, PolicyId
+
+
+def _run(settings_values: dict[str, Any], policy: str, delivery_ref: str) -> dict[str, Any]:
+    settings = Settings(**settings_values)
+
+    async def main() -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="verify-") as work_dir:
+            context = PolicyContext(settings, settings.chain_rpc_url, Path(work_dir))
+            outcome = await run_policy(PolicyId(policy), delivery_ref, context)
+        return {
+            "passes": outcome.passes,
+            "evidenceHash": evidence_hash(outcome.evidence),
+            "evidence": outcome.evidence,
+        }
+
+    return asyncio.run(main())
+
+
+run_policy_task = ray.remote(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")(_run)

@@ -1,0 +1,204 @@
+"""Verifier jobs (spec section 4 "Verifier", issue #14): request, poll, list, and read the
+evidence of deterministic policy checks whose results come with an EIP-712 attestation. Rules in
+marketplace.verifier; docs/verifier.md.
+
+Also the retention sweep (a background task of every frontend; deleting expired raw evidence is
+idempotent, so several frontends sweeping at once only share the work).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from marketplace.http import keys
+from marketplace.http.routing import AuthMode, Call, Reply, RouteTable
+from marketplace.notifications.unsubscribe import public_base_url
+from marketplace.records.errors import ProjectNotFound
+from marketplace.verifier import jobs
+from marketplace.verifier.attestation import Signer
+from marketplace.verifier.errors import (
+    ChainMismatch,
+    JobNotCompleted,
+    MilestoneOutOfRange,
+    NotProjectParty,
+    NotVerifierJobParty,
+    PolicyUnavailable,
+    ProjectNotIndexed,
+    RawEvidenceExpired,
+    VerifierJobNotFound,
+    VerifierNotConfigured,
+)
+from marketplace.verifier.models import (
+    JobPath,
+    VerifierAttemptLog,
+    VerifierEvidenceSummary,
+    VerifierJobAcceptedResponse,
+    VerifierJobCreateRequest,
+    VerifierJobListQuery,
+    VerifierJobListResponse,
+    VerifierJobRead,
+    VerifierJobRecord,
+    VerifierJobRecordPublic,
+    VerifierRawEvidence,
+)
+from marketplace.verifier.policies import available_policies
+from marketplace.verifier.retention import sweep_forever
+
+log = logging.getLogger(__name__)
+routes = RouteTable(tag="verifier")
+JOB_PATH = "/v1/verifier/jobs/{jobId}"
+
+
+def job_url(call: Call[object, object, object], job_id: str) -> str:
+    path = JOB_PATH.format(jobId=job_id)
+    if call.settings.public_base_url.strip():
+        return f"{public_base_url(call.settings)}{path}"
+    return path
+
+
+@routes.post(
+    "/v1/verifier/jobs",
+    name="createVerifierJob",
+    summary="Queue a deterministic policy check of a milestone's delivery",
+    auth=AuthMode.EITHER,
+    response=VerifierJobAcceptedResponse,
+    body=VerifierJobCreateRequest,
+    guarded=True,
+    status=202,
+    errors=(
+        ProjectNotFound,
+        NotProjectParty,
+        ChainMismatch,
+        PolicyUnavailable,
+        ProjectNotIndexed,
+        MilestoneOutOfRange,
+        VerifierNotConfigured,
+    ),
+)
+async def create_job(call: Call[VerifierJobCreateRequest, None, None]) -> Reply:
+    """The caller must be the project's owner or selected worker through an active wallet link,
+    or hold the `verifierAdmin` flag (403 `not_project_party`); a project it cannot see is 404.
+    409: `chain_mismatch` (not the configured chain), `policy_unavailable` (this deployment lacks
+    the policy's tooling: see `availablePolicies`), `project_not_indexed`,
+    `milestone_out_of_range`. A `deliveryRef` the policy cannot read is 400 `invalid_request`.
+    503 `verifier_not_configured` when no signing key is configured. Answers 202 with the queued
+    job and its `pollUrl`."""
+    principal = call.require_principal()
+    available = available_policies(call.settings)
+    job_id, accepted = await jobs.accept(
+        call.pool,
+        call.settings,
+        user_id=principal.user_id,
+        request=call.body,
+        available=available,
+        signing_ready=Signer.from_settings(call.settings) is not None,
+    )
+    accepted.pollUrl = job_url(call, str(job_id))
+    return Reply(accepted, status=202, headers={"Location": accepted.pollUrl})
+
+
+@routes.get(
+    "/v1/verifier/jobs",
+    name="listVerifierJobs",
+    summary="The caller's verifier jobs and those of its projects (all for verifier admins)",
+    auth=AuthMode.EITHER,
+    response=VerifierJobListResponse,
+    query=VerifierJobListQuery,
+)
+async def list_jobs(call: Call[None, VerifierJobListQuery, None]) -> VerifierJobListResponse:
+    """Jobs the caller created and jobs of projects whose owner or selected worker is one of its
+    active wallets; verifier admins see every job. Filters: `projectAddress`, `milestoneIndex`,
+    `status`. Newest first; `limit` 1..100 (default 50), `cursor` from `nextCursor`."""
+    principal = call.require_principal()
+    rows, next_cursor = await jobs.list_jobs(call.pool, principal.user_id, call.query)
+    items = [VerifierJobRecord.from_row(row) for row in rows]
+    return VerifierJobListResponse(items=items, count=len(items), nextCursor=next_cursor)
+
+
+@routes.get(
+    JOB_PATH,
+    name="getVerifierJob",
+    summary="A verifier job: the full record for its parties, the public one for other viewers",
+    auth=AuthMode.EITHER,
+    response=VerifierJobRead,
+    path_params=JobPath,
+    errors=(VerifierJobNotFound,),
+)
+async def get_job(call: Call[None, None, JobPath]) -> VerifierJobRead:
+    """`VerifierJobRecord` (with `result.evidence`) for the job's creator, the project's owner and
+    selected worker and verifier admins; `VerifierJobRecordPublic` (result without evidence) for
+    other signed-in callers who can see the project; 404 for anyone else."""
+    principal = call.require_principal()
+    view = await jobs.read_job(call.pool, principal.user_id, call.path.jobId)
+    if view.full:
+        return VerifierJobRead(VerifierJobRecord.from_row(view.row))
+    return VerifierJobRead(VerifierJobRecordPublic.from_row(view.row))
+
+
+@routes.get(
+    f"{JOB_PATH}/evidence",
+    name="getVerifierJobEvidence",
+    summary="The processed evidence of a completed job",
+    auth=AuthMode.EITHER,
+    response=VerifierEvidenceSummary,
+    path_params=JobPath,
+    errors=(VerifierJobNotFound, NotVerifierJobParty, JobNotCompleted),
+)
+async def get_evidence(call: Call[None, None, JobPath]) -> VerifierEvidenceSummary:
+    """The facts the check established and their `evidenceHash` (keccak256 of the canonical JSON,
+    docs/verifier.md). For the creator, the project's parties and verifier admins (other viewers
+    of the job: 403 `not_verifier_job_party`); 409 `verifier_job_not_completed` before
+    completion."""
+    principal = call.require_principal()
+    row = await jobs.evidence_of(call.pool, principal.user_id, call.path.jobId)
+    return VerifierEvidenceSummary(
+        jobId=row["id"],
+        projectAddress=row["project_address"],
+        milestoneIndex=row["milestone_index"],
+        checkPolicyId=row["check_policy_id"],
+        passes=row["passes"],
+        evidenceHash=row["evidence_hash"],
+        evidence=row["evidence"],
+        completedAt=row["completed_at"],
+    )
+
+
+@routes.get(
+    f"{JOB_PATH}/evidence/raw",
+    name="getVerifierJobRawEvidence",
+    summary="The raw evidence and execution logs of a job, until its retention expires",
+    auth=AuthMode.EITHER,
+    response=VerifierRawEvidence,
+    path_params=JobPath,
+    errors=(VerifierJobNotFound, NotVerifierJobParty, RawEvidenceExpired),
+)
+async def get_raw_evidence(call: Call[None, None, JobPath]) -> VerifierRawEvidence:
+    """Which Ray node and actor ran each attempt, the completing attempt's raw facts, and the
+    execution output (bounded by `MARKETPLACE_VERIFIER_MAX_LOG_BYTES`). For the creator, the
+    project's parties and verifier admins only (others who see the job: 403
+    `not_verifier_job_party`). After `retentionExpiresAt` the sweep deletes it: 410
+    `raw_evidence_expired`."""
+    principal = call.require_principal()
+    row, raw = await jobs.raw_evidence_of(call.pool, principal.user_id, call.path.jobId)
+    stored = raw["raw_evidence"] or {}
+    return VerifierRawEvidence(
+        jobId=row["id"],
+        attempts=[VerifierAttemptLog.model_validate(a) for a in stored.get("attempts", [])],
+        raw=stored.get("result"),
+        logs=raw["logs"],
+        retentionExpiresAt=row["retention_expires_at"],
+    )
+
+
+async def retention_sweeper(app: web.Application) -> AsyncIterator[None]:
+    """Delete raw evidence past its retention, now and then, in every frontend."""
+    task = asyncio.create_task(sweep_forever(app[keys.PG_POOL]), name="verifier-retention")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -1,0 +1,220 @@
+"""SQL of verifier jobs (docs/verifier.md): the request rows, their state joined from the
+`verifier` queue's job rows, the listing, the completion with the milestone read model, the
+attempts' raw log and the retention sweep. JSON columns go through the pool's codec: Python
+values in and out.
+
+A row's status is its own once completed, else the queue job's (queued, running, failed); so
+are the attempts, the next attempt's time and the error.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import asyncpg
+
+from marketplace.storage.pool import Conn
+
+# The columns every read returns: the row, and its live state from the queue.
+RECORD = """
+    v.id, v.seq, v.job_id, v.created_by, v.project_address, v.milestone_index,
+    v.check_policy_id, v.delivery_ref, v.chain_id, v.requested_nonce, v.requested_deadline,
+    v.attestation_nonce, v.max_attempts, v.created_at, v.completed_at,
+    v.retention_expires_at, v.passes, v.evidence_hash, v.evidence, v.attestation,
+    coalesce(v.status, j.status, 'failed') AS status,
+    coalesce(v.attempt_count, j.attempt_count, 0) AS attempt_count,
+    CASE WHEN v.status IS NULL AND j.status = 'queued' AND j.attempt_count > 0
+         THEN j.next_attempt_at END AS next_attempt_at,
+    CASE WHEN v.status IS NULL THEN
+        coalesce(j.last_error, CASE WHEN j.id IS NULL THEN 'the job record is gone' END)
+    END AS error,
+    greatest(v.updated_at, j.started_at, j.finished_at,
+             CASE WHEN j.attempt_count > 0 THEN j.next_attempt_at END) AS updated_at"""
+FROM = "verifier_jobs v LEFT JOIN jobs j ON j.id = v.job_id"
+
+INSERT = """
+INSERT INTO verifier_jobs (id, created_by, project_address, milestone_index, check_policy_id,
+                           delivery_ref, chain_id, requested_nonce, requested_deadline,
+                           attestation_nonce, max_attempts)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+RETURNING created_at
+"""
+SET_JOB = "UPDATE verifier_jobs SET job_id = $2 WHERE id = $1"
+
+SELECT_ONE = f"SELECT {RECORD} FROM {FROM} WHERE v.id = $1"
+
+# Jobs the viewer may list: created by it, or of a project whose indexed owner or selected worker
+# is one of its active wallets; every job for verifier admins ($2).
+SELECT_PAGE = f"""
+WITH viewer AS (
+    SELECT coalesce(array_agg(w.wallet_address), '{{}}'::text[]) AS wallets
+    FROM wallet_links w WHERE w.user_id = $1 AND w.revoked_at IS NULL
+)
+SELECT {RECORD}
+FROM {FROM} CROSS JOIN viewer vw
+WHERE ($2::bool OR v.created_by = $1 OR EXISTS (
+        SELECT 1 FROM projects p WHERE p.project_address = v.project_address
+          AND (p.owner_address = any(vw.wallets) OR p.selected_builder_address = any(vw.wallets))))
+  AND ($3::text IS NULL OR v.project_address = $3)
+  AND ($4::int IS NULL OR v.milestone_index = $4)
+  AND ($5::text IS NULL OR coalesce(v.status, j.status, 'failed') = $5)
+  AND ($6::bigint IS NULL OR v.seq < $6)
+ORDER BY v.seq DESC
+LIMIT $7
+"""
+
+# The attempt's start: who runs it, appended to the attempts' raw log.
+RECORD_ATTEMPT = """
+UPDATE verifier_jobs
+SET raw_evidence = jsonb_set(coalesce(raw_evidence, '{"attempts": []}'::jsonb), '{attempts}',
+                             coalesce(raw_evidence -> 'attempts', '[]'::jsonb) || $2::jsonb),
+    updated_at = now()
+WHERE id = $1 AND status IS NULL
+"""
+
+COMPLETE = """
+UPDATE verifier_jobs
+SET status = 'completed', attempt_count = $2, completed_at = now(), updated_at = now(),
+    retention_expires_at = now() + make_interval(days => $3),
+    passes = $4, evidence_hash = $5, evidence = $6::jsonb, attestation = $7::jsonb,
+    raw_evidence = coalesce(raw_evidence, '{}'::jsonb) || jsonb_build_object('result', $8::jsonb),
+    logs = $9
+WHERE id = $1 AND status IS NULL
+RETURNING project_address, milestone_index
+"""
+UPDATE_MILESTONE = """
+UPDATE milestones
+SET latest_verifier_job_id = $3, latest_verifier_passes = $4, latest_verifier_evidence_hash = $5
+WHERE project_address = $1 AND milestone_index = $2
+"""
+
+SELECT_RAW = "SELECT raw_evidence, logs, raw_deleted_at FROM verifier_jobs WHERE id = $1"
+
+SWEEP = """
+WITH expired AS (
+    SELECT id FROM verifier_jobs
+    WHERE raw_deleted_at IS NULL AND retention_expires_at <= now()
+    ORDER BY retention_expires_at LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE verifier_jobs v SET raw_evidence = NULL, logs = NULL, raw_deleted_at = now()
+FROM expired WHERE v.id = expired.id
+"""
+
+
+async def insert(
+    conn: Conn,
+    *,
+    job_id: uuid.UUID,
+    created_by: uuid.UUID,
+    project_address: str,
+    milestone_index: int,
+    check_policy_id: str,
+    delivery_ref: str,
+    chain_id: int,
+    requested_nonce: int | None,
+    requested_deadline: int | None,
+    attestation_nonce: int,
+    max_attempts: int,
+) -> Any:
+    """Insert the request row; returns its ``created_at``."""
+    return await conn.fetchval(
+        INSERT,
+        job_id,
+        created_by,
+        project_address,
+        milestone_index,
+        check_policy_id,
+        delivery_ref,
+        chain_id,
+        requested_nonce,
+        requested_deadline,
+        attestation_nonce,
+        max_attempts,
+    )
+
+
+async def set_queue_job(conn: Conn, verifier_job_id: uuid.UUID, queue_job_id: int) -> None:
+    await conn.execute(SET_JOB, verifier_job_id, queue_job_id)
+
+
+async def get(conn: Conn, verifier_job_id: uuid.UUID) -> asyncpg.Record | None:
+    return await conn.fetchrow(SELECT_ONE, verifier_job_id)
+
+
+async def page(
+    conn: Conn,
+    *,
+    viewer_id: uuid.UUID,
+    everything: bool,
+    project_address: str | None,
+    milestone_index: int | None,
+    status: str | None,
+    before_seq: int | None,
+    limit: int,
+) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        SELECT_PAGE,
+        viewer_id,
+        everything,
+        project_address,
+        milestone_index,
+        status,
+        before_seq,
+        limit,
+    )
+
+
+async def record_attempt(conn: Conn, verifier_job_id: uuid.UUID, attempt: dict[str, Any]) -> None:
+    await conn.execute(RECORD_ATTEMPT, verifier_job_id, [attempt])
+
+
+async def complete(
+    conn: Conn,
+    verifier_job_id: uuid.UUID,
+    *,
+    attempt_count: int,
+    retention_days: int,
+    passes: bool,
+    evidence_hash: str,
+    evidence: dict[str, Any],
+    attestation: dict[str, Any],
+    raw: dict[str, Any],
+    logs: str,
+) -> bool:
+    """Write the result and the milestone's latest-verifier fields; False when the row was
+    already completed (it never is twice: the caller holds the queue job's lease)."""
+    row = await conn.fetchrow(
+        COMPLETE,
+        verifier_job_id,
+        attempt_count,
+        retention_days,
+        passes,
+        evidence_hash,
+        evidence,
+        attestation,
+        raw,
+        logs,
+    )
+    if row is None:
+        return False
+    await conn.execute(
+        UPDATE_MILESTONE,
+        row["project_address"],
+        row["milestone_index"],
+        verifier_job_id,
+        passes,
+        evidence_hash,
+    )
+    return True
+
+
+async def raw_evidence(conn: Conn, verifier_job_id: uuid.UUID) -> asyncpg.Record | None:
+    return await conn.fetchrow(SELECT_RAW, verifier_job_id)
+
+
+async def sweep_expired(conn: Conn, limit: int = 1000) -> int:
+    """Delete the raw evidence and logs of up to ``limit`` jobs past their retention."""
+    status = await conn.execute(SWEEP, limit)
+    return int(status.split()[-1])

@@ -1,0 +1,250 @@
+"""Verifier jobs: who may request and read them, and the request's rules (docs/verifier.md).
+
+A request is a row in ``verifier_jobs`` and a job on the ``verifier`` queue, written in one
+transaction. Reads come straight from PostgreSQL. Who sees what:
+- full record, evidence and raw evidence: the job's creator, the project's current owner and
+  selected worker (through active wallet links), verifier admins;
+- the public record (result without evidence): other signed-in callers who can see the project;
+- anyone else: 404.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+import asyncpg
+
+from marketplace.config import Settings
+from marketplace.errors import InvalidRequest
+from marketplace.identity.permissions import flags_of
+from marketplace.jobs import enqueue
+from marketplace.pagination import BIGINT_MAX, CursorKind, keyset_page
+from marketplace.records.access import ProjectParties, caller_wallets
+from marketplace.records.errors import ProjectNotFound
+from marketplace.storage.repositories import projects as projects_repo
+from marketplace.storage.repositories import verifier_jobs as repo
+from marketplace.verifier.errors import (
+    ChainMismatch,
+    JobNotCompleted,
+    MilestoneOutOfRange,
+    NotProjectParty,
+    NotVerifierJobParty,
+    PolicyUnavailable,
+    ProjectNotIndexed,
+    RawEvidenceExpired,
+    VerifierJobNotFound,
+    VerifierNotConfigured,
+)
+from marketplace.verifier.execution import VERIFIER_QUEUE
+from marketplace.verifier.models import (
+    VerifierJobAcceptedResponse,
+    VerifierJobCreateRequest,
+    VerifierJobListQuery,
+)
+from marketplace.verifier.policies import parse_delivery_ref
+from marketplace.verifier.policy import InvalidDeliveryRef, PolicyId
+
+JOB_CURSOR = CursorKind("v1", (BIGINT_MAX,))
+
+
+@dataclass(frozen=True)
+class Viewer:
+    user_id: uuid.UUID
+    wallets: frozenset[str]
+    verifier_admin: bool
+
+    def is_party(self, project: ProjectParties | None) -> bool:
+        if project is None:
+            return False
+        return project.owner in self.wallets or (
+            project.worker is not None and project.worker in self.wallets
+        )
+
+
+async def viewer(pool: asyncpg.Pool, user_id: uuid.UUID) -> Viewer:
+    # Flags are read on every call, so a revoked verifierAdmin takes effect at once.
+    flags = await flags_of(pool, user_id)
+    return Viewer(user_id, await caller_wallets(pool, user_id), flags.verifier_admin)
+
+
+async def _project_for(
+    pool: asyncpg.Pool, who: Viewer, address: str
+) -> ProjectParties | ProjectNotFound | None:
+    """The indexed project as ``who`` may see it: its parties, ProjectNotFound when it is
+    indexed but hidden from ``who``, None when it is not indexed. Verifier admins see every
+    project."""
+    row = await projects_repo.visible_project_parties(
+        pool, address, who.wallets, everyone=who.verifier_admin
+    )
+    if row is not None:
+        return ProjectParties.from_row(row)
+    if await projects_repo.is_indexed(pool, address):
+        return ProjectNotFound()
+    return None
+
+
+async def accept(
+    pool: asyncpg.Pool,
+    settings: Settings,
+    *,
+    user_id: uuid.UUID,
+    request: VerifierJobCreateRequest,
+    available: list[PolicyId],
+    signing_ready: bool,
+) -> tuple[uuid.UUID, VerifierJobAcceptedResponse]:
+    """Check the request and queue the job; the response's ``pollUrl`` is filled by the caller.
+
+    Order of the checks: signing configured (503), chain (409 ``chain_mismatch``), policy tooling
+    (409 ``policy_unavailable``), the ``deliveryRef``'s form (400), the project (404 hidden,
+    409 ``project_not_indexed``), the caller (403 ``not_project_party``), the milestone (409
+    ``milestone_out_of_range``).
+    """
+    if not signing_ready:
+        raise VerifierNotConfigured()
+    if request.chainId != settings.chain_id:
+        raise ChainMismatch(
+            f"chainId {request.chainId} is not this deployment's chain ({settings.chain_id})"
+        )
+    if request.checkPolicyId not in available:
+        raise PolicyUnavailable(
+            f"{request.checkPolicyId.value} needs tooling this deployment does not have; "
+            f"available: {', '.join(p.value for p in available) or 'none'}"
+        )
+    try:
+        parse_delivery_ref(request.checkPolicyId, request.deliveryRef, settings)
+    except InvalidDeliveryRef as exc:
+        raise InvalidRequest(
+            f"invalid request: body.deliveryRef: {exc}",
+            [
+                {
+                    "location": "body",
+                    "field": "deliveryRef",
+                    "message": str(exc),
+                    "type": "value_error",
+                }
+            ],
+        ) from None
+    who = await viewer(pool, user_id)
+    project = await _project_for(pool, who, request.projectAddress)
+    if project is None:
+        raise ProjectNotIndexed()
+    if isinstance(project, ProjectNotFound):
+        raise project
+    if not (who.verifier_admin or who.is_party(project)):
+        raise NotProjectParty()
+    if request.milestoneIndex >= project.milestone_count:
+        raise MilestoneOutOfRange(
+            f"milestoneIndex {request.milestoneIndex} is not below the project's "
+            f"milestoneCount ({project.milestone_count})"
+        )
+    job_id = uuid.uuid4()
+    nonce = request.nonce if request.nonce is not None else secrets.randbits(128)
+    max_attempts = settings.verifier_max_attempts
+    async with pool.acquire() as conn, conn.transaction():
+        created_at = await repo.insert(
+            conn,
+            job_id=job_id,
+            created_by=user_id,
+            project_address=request.projectAddress,
+            milestone_index=request.milestoneIndex,
+            check_policy_id=request.checkPolicyId.value,
+            delivery_ref=request.deliveryRef,
+            chain_id=request.chainId,
+            requested_nonce=request.nonce,
+            requested_deadline=request.deadline,
+            attestation_nonce=nonce,
+            max_attempts=max_attempts,
+        )
+        queued = await enqueue(
+            conn,
+            VERIFIER_QUEUE.name,
+            {"verifierJobId": str(job_id)},
+            max_attempts=max_attempts,
+            idempotency_key=str(job_id),
+        )
+        await repo.set_queue_job(conn, job_id, queued.job_id)
+    return job_id, VerifierJobAcceptedResponse(
+        jobId=job_id,
+        status="queued",
+        attemptCount=0,
+        maxAttempts=max_attempts,
+        createdAt=created_at,
+        retentionExpiresAt=created_at + timedelta(days=settings.verifier_retention_days),
+        request=request,
+        pollUrl="",
+        availablePolicies=available,
+    )
+
+
+@dataclass(frozen=True)
+class JobView:
+    row: asyncpg.Record
+    # True: the full record (creator, parties, verifier admins); False: the public one.
+    full: bool
+
+
+async def read_job(pool: asyncpg.Pool, user_id: uuid.UUID, job_id: uuid.UUID) -> JobView:
+    row = await repo.get(pool, job_id)
+    if row is None:
+        raise VerifierJobNotFound()
+    who = await viewer(pool, user_id)
+    if who.verifier_admin or row["created_by"] == user_id:
+        return JobView(row, full=True)
+    project = await _project_for(pool, who, row["project_address"])
+    if not isinstance(project, ProjectParties):
+        raise VerifierJobNotFound()
+    return JobView(row, full=who.is_party(project))
+
+
+async def read_full_job(
+    pool: asyncpg.Pool, user_id: uuid.UUID, job_id: uuid.UUID
+) -> asyncpg.Record:
+    """The job for a reader of its evidence: 404 when the caller may not see it at all, 403
+    ``not_verifier_job_party`` when it sees only the public record."""
+    view = await read_job(pool, user_id, job_id)
+    if not view.full:
+        raise NotVerifierJobParty()
+    return view.row
+
+
+async def evidence_of(pool: asyncpg.Pool, user_id: uuid.UUID, job_id: uuid.UUID) -> asyncpg.Record:
+    row = await read_full_job(pool, user_id, job_id)
+    if row["status"] != "completed":
+        raise JobNotCompleted(f"the job is {row['status']}: it has no evidence yet")
+    return row
+
+
+async def raw_evidence_of(
+    pool: asyncpg.Pool, user_id: uuid.UUID, job_id: uuid.UUID
+) -> tuple[asyncpg.Record, asyncpg.Record]:
+    row = await read_full_job(pool, user_id, job_id)
+    raw = await repo.raw_evidence(pool, job_id)
+    if raw is None:
+        raise VerifierJobNotFound()
+    if raw["raw_deleted_at"] is not None:
+        raise RawEvidenceExpired(
+            f"the raw evidence and logs were deleted on {raw['raw_deleted_at'].isoformat()}, "
+            "after the retention period"
+        )
+    return row, raw
+
+
+async def list_jobs(
+    pool: asyncpg.Pool, user_id: uuid.UUID, query: VerifierJobListQuery
+) -> tuple[list[asyncpg.Record], str | None]:
+    position = JOB_CURSOR.position(query.cursor)
+    flags = await flags_of(pool, user_id)
+    rows = await repo.page(
+        pool,
+        viewer_id=user_id,
+        everything=flags.verifier_admin,
+        project_address=query.projectAddress,
+        milestone_index=query.milestoneIndex,
+        status=query.status,
+        before_seq=position[0] if position else None,
+        limit=query.limit + 1,
+    )
+    return keyset_page(rows, query.limit, JOB_CURSOR, lambda row: (row["seq"],))
