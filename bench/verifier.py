@@ -314,7 +314,7 @@ async def run_pool(
             str(size),
             "--log-level",
             args.log_level,
-        ],  # fmt: skip
+        ],
         data_dir / f"ours-{size}.log",
     )
     smoke = {
