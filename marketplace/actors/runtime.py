@@ -92,6 +92,9 @@ def settings_for_actor(settings: Settings, **overrides: Any) -> dict[str, Any]:
     data["notification_unsubscribe_secret"] = (
         unsubscribe.get_secret_value() if unsubscribe is not None else None
     )
+    # And the verifier's signing key: the `verifier` pool's actors sign attestations.
+    key = settings.verifier_private_key
+    data["verifier_private_key"] = key.get_secret_value() if key is not None else None
     data.update(overrides)
     return data
 

@@ -62,6 +62,7 @@ def _authorized(request: web.Request, settings: Settings) -> bool:
 async def verify(request: web.Request) -> web.Response:
     from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 
+    from marketplace.actors.runtime import settings_for_actor
     from marketplace.actors.verifier_task import run_policy_task
     from marketplace.verifier.policy import TransientPolicyError
 
@@ -86,7 +87,7 @@ async def verify(request: web.Request) -> web.Response:
     except InvalidDeliveryRef as exc:
         return _error(400, "invalid_request", f"invalid request: deliveryRef: {exc}")
     ref = run_policy_task.remote(
-        settings.model_dump(mode="json"), body.checkPolicyId.value, body.deliveryRef
+        settings_for_actor(settings), body.checkPolicyId.value, body.deliveryRef
     )
     try:
         result = await asyncio.wait_for(ref, settings.verifier_job_timeout_seconds)

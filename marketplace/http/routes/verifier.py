@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from marketplace.config import Settings
 from marketplace.http import keys
 from marketplace.http.routing import AuthMode, Call, Reply, RouteTable
 from marketplace.notifications.unsubscribe import public_base_url
@@ -54,10 +55,10 @@ routes = RouteTable(tag="verifier")
 JOB_PATH = "/v1/verifier/jobs/{jobId}"
 
 
-def job_url(call: Call[object, object, object], job_id: str) -> str:
+def job_url(settings: Settings, job_id: str) -> str:
     path = JOB_PATH.format(jobId=job_id)
-    if call.settings.public_base_url.strip():
-        return f"{public_base_url(call.settings)}{path}"
+    if settings.public_base_url.strip():
+        return f"{public_base_url(settings)}{path}"
     return path
 
 
@@ -98,7 +99,7 @@ async def create_job(call: Call[VerifierJobCreateRequest, None, None]) -> Reply:
         available=available,
         signing_ready=Signer.from_settings(call.settings) is not None,
     )
-    accepted.pollUrl = job_url(call, str(job_id))
+    accepted.pollUrl = job_url(call.settings, str(job_id))
     return Reply(accepted, status=202, headers={"Location": accepted.pollUrl})
 
 
