@@ -167,6 +167,51 @@ def cargo_repo(root: Path) -> GitRepo:
     return repo
 
 
+FOUNDRY_TOML = """[profile.default]
+src = "src"
+test = "test"
+"""
+COUNTER_SOL = """// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.20;
+
+contract Counter {
+    uint256 public count;
+
+    function increment() external {
+        count += 1;
+    }
+}
+"""
+COUNTER_TEST_SOL = """// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.20;
+
+import {{Counter}} from "../src/Counter.sol";
+
+contract CounterTest {{
+    function test_increment() public {{
+        Counter counter = new Counter();
+        counter.increment();
+        require(counter.count() == {}, "count");
+    }}
+}}
+"""
+
+
+def forge_repo(root: Path) -> GitRepo:
+    """A foundry project without libraries (no forge-std): commits ``pass`` (tag ``v-pass``)
+    and ``fail`` (tag ``v-fail``)."""
+    repo = GitRepo(root, "acme", "forge-fixture").init()
+    files = {
+        "foundry.toml": FOUNDRY_TOML,
+        "src/Counter.sol": COUNTER_SOL,
+        "test/Counter.t.sol": COUNTER_TEST_SOL.format(1),
+    }
+    repo.tag("v-pass", repo.commit("pass", files))
+    repo.tag("v-fail", repo.commit("fail", {"test/Counter.t.sol": COUNTER_TEST_SOL.format(2)}))
+    repo.serve_info()
+    return repo
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.verifier_fixtures import GitRepo, WebFixture, cargo_repo, npm_repo, web_fixture
+from tests.support.verifier_fixtures import (
+    GitRepo,
+    WebFixture,
+    cargo_repo,
+    forge_repo,
+    npm_repo,
+    web_fixture,
+)
 
 
 @pytest.fixture(scope="package")
@@ -23,6 +30,11 @@ def npm_fixture(git_root: Path) -> GitRepo:
 @pytest.fixture(scope="package")
 def cargo_fixture(git_root: Path) -> GitRepo:
     return cargo_repo(git_root)
+
+
+@pytest.fixture(scope="package")
+def forge_fixture(git_root: Path) -> GitRepo:
+    return forge_repo(git_root)
 
 
 @pytest.fixture(scope="package")

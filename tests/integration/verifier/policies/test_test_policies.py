@@ -104,3 +104,25 @@ async def test_cargo_passing_and_failing(
     assert failing.evidence["reason"] == "exit_nonzero"
     assert failing.evidence["commands"][0]["exitCode"] == 101
     assert "assertion" in failing.logs
+
+
+async def test_forge_passing_and_failing(
+    forge_fixture: GitRepo, git_root: Path, tmp_path: Path
+) -> None:
+    """forge from the ``@foundry-rs/forge-linux-amd64`` npm package, compiling offline with
+    the solcjs shim (or a native solc where the node has one)."""
+    passing = await _run(
+        PolicyId.FORGE_TEST, f"{forge_fixture.slug}@v-pass", git_root, tmp_path / "pass"
+    )
+    assert passing.passes, passing.logs
+    assert passing.evidence["commit"] == forge_fixture.commits["pass"]
+    assert passing.evidence["commands"] == [
+        {"command": "forge test", "exitCode": 0, "timedOut": False}
+    ]
+    assert "[PASS] test_increment()" in passing.logs
+    failing = await _run(
+        PolicyId.FORGE_TEST, f"{forge_fixture.slug}@v-fail", git_root, tmp_path / "fail"
+    )
+    assert not failing.passes
+    assert failing.evidence["reason"] == "exit_nonzero"
+    assert "[FAIL" in failing.logs
