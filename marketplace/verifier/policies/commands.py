@@ -64,10 +64,14 @@ def _cargo_env(tools: Tooling, home: Path) -> dict[str, str]:
 
 
 def _forge_env(tools: Tooling, home: Path) -> dict[str, str]:
-    # A native solc of the node's, never a download (FOUNDRY_OFFLINE).
+    # The node's solc (native or the solcjs shim), never a download (FOUNDRY_OFFLINE). The
+    # shim is one compiler version (the `solc` npm package's): a project pinning another
+    # version fails to compile, which is a negative result, not a transient one.
     env = {"FOUNDRY_OFFLINE": "true", "NO_COLOR": "1"}
     if tools.solc:
         env["FOUNDRY_SOLC"] = tools.solc
+    if tools.solcjs_module:
+        env["SOLCJS_MODULE"] = tools.solcjs_module
     return env
 
 
