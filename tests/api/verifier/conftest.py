@@ -181,9 +181,9 @@ async def wait_for(
     read: Callable[[], Awaitable[dict[str, Any]]],
     done: Callable[[dict[str, Any]], bool],
     what: str,
-    timeout: float = 30.0,
+    within: float = 30.0,
 ) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     while True:
         value = await read()
         if done(value):
@@ -194,13 +194,13 @@ async def wait_for(
 
 
 async def wait_status(
-    client: Any, headers: dict[str, str], job_id: str, *statuses: str, timeout: float = 30.0
+    client: Any, headers: dict[str, str], job_id: str, *statuses: str, within: float = 30.0
 ) -> dict[str, Any]:
     return await wait_for(
         lambda: get_job(client, headers, job_id),
         lambda job: job["status"] in statuses,
         f"job {job_id} to be {'/'.join(statuses)}",
-        timeout,
+        within,
     )
 
 

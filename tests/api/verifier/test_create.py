@@ -5,14 +5,18 @@ suite's PostgreSQL with a devnet-backed signer configuration. No job runs here."
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import asyncpg
+import pytest
 from pydantic import SecretStr
 
 from marketplace.identity.permissions import set_flags
 from marketplace.verifier.policies import available_policies
+from marketplace.verifier.policies.tooling import FORGE_BIN_ENV, probe
 from marketplace.verifier.policy import PolicyId
 from tests.api.verifier.conftest import (
     JOBS,
@@ -179,8 +183,19 @@ async def test_anonymous_is_401_on_every_route(vclient: Any, db: asyncpg.Connect
     assert await count_rows(db) == (1, 1)
 
 
+@pytest.fixture
+def without_forge(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """This process's tooling probed again with forge pointing at nothing, so one policy is
+    missing whatever this machine has installed."""
+    monkeypatch.setenv(FORGE_BIN_ENV, str(tmp_path / "forge-not-installed"))
+    probe.cache_clear()
+    yield
+    monkeypatch.undo()
+    probe.cache_clear()
+
+
 async def test_conflicts(
-    vclient: Any, db: asyncpg.Connection, servers: Any, devnet: Devnet
+    vclient: Any, db: asyncpg.Connection, servers: Any, devnet: Devnet, without_forge: None
 ) -> None:
     project, owner, _ = await project_with_parties(vclient, db)
     cases: list[tuple[dict[str, Any], str]] = [
@@ -189,11 +204,10 @@ async def test_conflicts(
         (job_body(project, milestoneIndex=2), "milestone_out_of_range"),
         (job_body(project, milestoneIndex=65_535), "milestone_out_of_range"),
     ]
-    # A policy whose tooling this machine lacks (forge without a native solc, say) is refused,
-    # never accepted for a fake pass.
+    # A policy whose tooling this node lacks is refused, never accepted for a fake pass.
     settings = make_settings(servers, **verifier_overrides(devnet))
     missing = [p for p in PolicyId if p not in available_policies(settings)]
-    assert missing, "every policy's tooling is installed here: no policy to refuse"
+    assert PolicyId.FORGE_TEST in missing
     for policy in missing:
         cases.append(
             (
@@ -204,8 +218,9 @@ async def test_conflicts(
     for body, code in cases:
         resp = await vclient.post(JOBS, json=body, headers=owner.headers)
         assert await error_code(resp, 409) == code, body
-    # One milestone below the count is accepted.
-    await create_job(vclient, owner.headers, job_body(project, milestoneIndex=1))
+    # One milestone below the count is accepted; the policies offered leave the missing out.
+    accepted = await create_job(vclient, owner.headers, job_body(project, milestoneIndex=1))
+    assert accepted["availablePolicies"] == [p.value for p in PolicyId if p not in missing]
     assert await count_rows(db) == (1, 1)
 
 
@@ -236,7 +251,9 @@ async def test_bad_bodies_and_delivery_refs_are_400(vclient: Any, db: asyncpg.Co
         ("screenshot-ref", "ftp://example.com/a.png"),
     ]:
         resp = await vclient.post(
-            JOBS, json=job_body(project, checkPolicyId=policy, deliveryRef=ref), headers=owner.headers
+            JOBS,
+            json=job_body(project, checkPolicyId=policy, deliveryRef=ref),
+            headers=owner.headers,
         )
         body = await resp.json()
         assert await error_code(resp, 400) == "invalid_request", (policy, ref)
