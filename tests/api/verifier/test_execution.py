@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 import ray
+from aiohttp import web
 from eth_utils import keccak, to_checksum_address
 
 from marketplace.chain.eip712 import recover_attestation_signer
@@ -37,6 +38,7 @@ from tests.api.verifier.conftest import (
     wait_for,
     wait_status,
 )
+from tests.support.verifier_fixtures import PNG_1X1
 
 TTL = 3600
 
@@ -315,10 +317,54 @@ async def test_transient_failure_is_retried_then_completes(
     assert done["status"] == "completed", done
     assert (done["attemptCount"], done["error"], done["nextAttemptAt"]) == (2, None, None)
     assert done["result"]["passes"] is True
+    # Every attempt signs the nonce drawn when the job was created.
+    drawn = await db.fetchval(
+        "SELECT attestation_nonce FROM verifier_jobs WHERE id = $1", uuid.UUID(job_id)
+    )
+    assert done["result"]["attestation"]["nonce"] == int(drawn)
     resp = await vclient.get(f"{JOBS}/{job_id}/evidence/raw", headers=owner.headers)
     raw = await resp.json()
     assert [a["attempt"] for a in raw["attempts"]] == [1, 2]
     assert raw["raw"]["attempt"] == 2
+
+
+async def test_http_503_is_retried_and_the_image_then_passes(
+    vclient: Any,
+    db: asyncpg.Connection,
+    aiohttp_server: Any,
+    worker_settings: Callable[..., Settings],
+) -> None:
+    """`screenshot-ref` against a local HTTP server (private hosts allowed in tests) that is
+    unavailable once, then serves a PNG."""
+    hits: list[str] = []
+
+    async def image(request: web.Request) -> web.Response:
+        hits.append(request.method)
+        if len(hits) == 1:
+            return web.Response(status=503, text="busy")
+        return web.Response(body=PNG_1X1, content_type="image/png")
+
+    app = web.Application()
+    app.router.add_get("/shot.png", image)
+    server = await aiohttp_server(app)
+    url = str(server.make_url("/shot.png"))
+    project, owner, _ = await project_with_parties(vclient, db)
+    job_id = (
+        await create_job(
+            vclient,
+            owner.headers,
+            job_body(project, checkPolicyId="screenshot-ref", deliveryRef=url),
+        )
+    )["jobId"]
+    async with verifier_worker(worker_settings()):
+        done = await wait_status(vclient, owner.headers, job_id, "completed", "failed")
+    assert done["status"] == "completed", done
+    assert done["attemptCount"] == 2 and len(hits) == 2
+    assert done["result"]["passes"] is True
+    evidence = done["result"]["evidence"]
+    assert evidence["policy"] == "screenshot-ref"
+    assert done["result"]["evidenceHash"] == recomputed_hash(evidence)
+    assert done["request"]["deliveryRef"] == url
 
 
 async def test_exhausted_retries_fail_the_job(
