@@ -399,3 +399,50 @@ async def test_exhausted_retries_fail_the_job(
     assert row is not None and (row["attestation"], row["status"]) == (None, None)
     resp = await client.get(f"{JOBS}?status=failed", headers=owner.headers)
     assert [j["id"] for j in (await resp.json())["items"]] == [job_id]
+
+
+async def test_an_older_job_completing_late_does_not_replace_a_newer_result(
+    vclient: Any,
+    db: asyncpg.Connection,
+    devnet: Devnet,
+    worker_settings: Callable[..., Settings],
+) -> None:
+    """The milestone shows the newest job's result (by request), whatever order the jobs
+    complete in: an older request retried until after a newer one completed is history."""
+    project, owner, _ = await project_with_parties(vclient, db, milestones=1)
+    older = (
+        await create_job(
+            vclient, owner.headers, job_body(project, deliveryRef=devnet.deployment.registry)
+        )
+    )["jobId"]
+    newer = (await create_job(vclient, owner.headers, job_body(project)))["jobId"]
+    due_later = (
+        "UPDATE jobs SET next_attempt_at = now() + make_interval(secs => $2) "
+        "WHERE id = (SELECT job_id FROM verifier_jobs WHERE id = $1::uuid)"
+    )
+    await db.execute(due_later, older, 3600.0)
+    async with verifier_worker(worker_settings()) as worker:
+        await wait_status(vclient, owner.headers, newer, "completed")
+        await db.execute(due_later, older, 0.0)
+        worker.wake()
+        await wait_status(vclient, owner.headers, older, "completed")
+
+    async def milestone() -> dict[str, Any]:
+        resp = await vclient.get(f"/v1/projects/{project}", headers=owner.headers)
+        return dict((await resp.json())["milestones"][0])
+
+    newest = await get_job(vclient, owner.headers, newer)
+    shown = await milestone()
+    assert shown["latestVerifierJobId"] == newer
+    assert shown["latestVerifierPasses"] is False
+    assert shown["latestEvidenceHash"] == newest["result"]["evidenceHash"]
+    # A job requested later still replaces it.
+    latest = (
+        await create_job(
+            vclient, owner.headers, job_body(project, deliveryRef=devnet.deployment.registry)
+        )
+    )["jobId"]
+    async with verifier_worker(worker_settings()):
+        await wait_status(vclient, owner.headers, latest, "completed")
+    shown = await milestone()
+    assert (shown["latestVerifierJobId"], shown["latestVerifierPasses"]) == (latest, True)
