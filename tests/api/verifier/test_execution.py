@@ -18,6 +18,7 @@ from eth_utils import keccak, to_checksum_address
 
 from marketplace.chain.eip712 import recover_attestation_signer
 from marketplace.config import Settings
+from marketplace.identity.permissions import set_flags
 from marketplace.storage.pool import create_pool
 from marketplace.verifier.retention import sweep
 from tests.api.verifier.conftest import (
@@ -38,6 +39,7 @@ from tests.api.verifier.conftest import (
     wait_for,
     wait_status,
 )
+from tests.conftest import new_user
 from tests.support.verifier_fixtures import PNG_1X1
 
 TTL = 3600
@@ -281,8 +283,23 @@ async def test_jobs_of_a_hidden_project_are_404_to_a_stranger(
         assert await error_code(resp, 404) == "verifier_job_not_found", path
     resp = await vclient.get(JOBS, headers=stranger.headers)
     assert (await resp.json())["items"] == []
-    # The owner reads it.
+    # The owner reads it; so does a verifier admin, in full.
     assert (await get_job(vclient, owner.headers, job_id))["status"] == "queued"
+    admin = new_user()
+    await set_flags(db, admin.user_id, moderation_admin=None, verifier_admin=True)
+    assert await get_job(vclient, admin.headers, job_id) == await get_job(
+        vclient, owner.headers, job_id
+    )
+    resp = await vclient.get(f"{JOBS}/{job_id}/evidence", headers=admin.headers)
+    assert await error_code(resp, 409) == "verifier_job_not_completed"
+    resp = await vclient.get(f"{JOBS}/{job_id}/evidence/raw", headers=admin.headers)
+    assert resp.status == 200 and (await resp.json())["attempts"] == []
+    assert [
+        j["id"] for j in (await (await vclient.get(JOBS, headers=admin.headers)).json())["items"]
+    ] == [job_id]
+    # A job id that is no UUID is a bad request.
+    resp = await vclient.get(f"{JOBS}/not-a-job", headers=owner.headers)
+    assert await error_code(resp, 400) == "invalid_request"
 
 
 async def test_transient_failure_is_retried_then_completes(
