@@ -97,16 +97,19 @@ async def test_the_scheduler_secret_is_required(
     assert (await resp.json())["error"] == "unauthorized"
 
 
+SMOKE = "address-smoke"
+
+
 @pytest.mark.parametrize(
     ("body", "status", "code"),
     [
-        ({"checkPolicyId": "address-smoke"}, 400, "invalid_request"),
+        ({"checkPolicyId": SMOKE}, 400, "invalid_request"),
         ({"checkPolicyId": "llm-vibes", "deliveryRef": "x"}, 400, "invalid_request"),
-        ({"checkPolicyId": "address-smoke", "deliveryRef": "not-an-address"}, 400, "invalid_request"),
-        ({"checkPolicyId": "address-smoke", "deliveryRef": "0x" + "11" * 20, "x": 1}, 400, "invalid_request"),
-        ({"checkPolicyId": "address-smoke", "deliveryRef": "a" * 20_000}, 413, "payload_too_large"),
+        ({"checkPolicyId": SMOKE, "deliveryRef": "not-an-address"}, 400, "invalid_request"),
+        ({"checkPolicyId": SMOKE, "deliveryRef": "0x" + "11" * 20, "x": 1}, 400, "invalid_request"),
+        ({"checkPolicyId": SMOKE, "deliveryRef": "a" * 20_000}, 413, "payload_too_large"),
     ],
-)  # fmt: skip
+)
 async def test_bad_bodies_are_refused(
     runtime: TestClient[Any, Any], body: dict[str, Any], status: int, code: str
 ) -> None:
@@ -126,6 +129,7 @@ async def test_a_policy_without_tooling_is_refused(
     runtime: TestClient[Any, Any], runtime_settings: Settings
 ) -> None:
     from marketplace.verifier.policies import available_policies
+
     from marketplace.verifier.policy import PolicyId
 
     missing = [p for p in PolicyId if p not in available_policies(runtime_settings)]
