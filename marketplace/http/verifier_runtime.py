@@ -80,7 +80,7 @@ async def verify(request: web.Request) -> web.Response:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "body"
         return _error(400, "invalid_request", f"invalid request: {where}: {first['msg']}")
-    if body.checkPolicyId not in available_policies(settings):
+    if body.checkPolicyId not in await asyncio.to_thread(available_policies, settings):
         return _error(409, "policy_unavailable", f"{body.checkPolicyId.value} is not available")
     try:
         parse_delivery_ref(body.checkPolicyId, body.deliveryRef, settings)

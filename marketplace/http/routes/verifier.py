@@ -90,7 +90,8 @@ async def create_job(call: Call[VerifierJobCreateRequest, None, None]) -> Reply:
     503 `verifier_not_configured` when no signing key is configured. Answers 202 with the queued
     job and its `pollUrl`."""
     principal = call.require_principal()
-    available = available_policies(call.settings)
+    # The tool probe runs commands once per process (about a second): never on the loop.
+    available = await asyncio.to_thread(available_policies, call.settings)
     job_id, accepted = await jobs.accept(
         call.pool,
         call.settings,
@@ -197,8 +198,10 @@ async def get_raw_evidence(call: Call[None, None, JobPath]) -> VerifierRawEviden
 
 
 async def retention_sweeper(app: web.Application) -> AsyncIterator[None]:
-    """Delete raw evidence past its retention, now and then, in every frontend."""
+    """Delete raw evidence past its retention, now and then, in every frontend; and probe this
+    node's tooling in the background, so the first request does not wait for it."""
     task = asyncio.create_task(sweep_forever(app[keys.PG_POOL]), name="verifier-retention")
+    asyncio.get_running_loop().run_in_executor(None, available_policies, app[keys.SETTINGS])
     yield
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):

@@ -151,7 +151,11 @@ async def run_suite(suite: TestSuite, ref: gitrepo.RepoRef, ctx: PolicyContext) 
             checkout=True,
             timeout_s=max(1.0, deadline - time.monotonic()),
         )
-    except (HostRefused, HostNotFound) as exc:
+    except HostNotFound as exc:
+        # The git host is the deployment's own setting: a name that does not resolve is DNS
+        # trouble to retry, not the delivery's fault.
+        raise TransientPolicyError(str(exc)) from exc
+    except HostRefused as exc:
         evidence.update(commit=None, commands=[], reason="host_refused")
         return PolicyOutcome(passes=False, evidence=evidence, raw={"error": str(exc)})
     except gitrepo.RepositoryNotFound as exc:

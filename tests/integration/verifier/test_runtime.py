@@ -97,16 +97,19 @@ async def test_the_scheduler_secret_is_required(
     assert (await resp.json())["error"] == "unauthorized"
 
 
+SMOKE = "address-smoke"
+
+
 @pytest.mark.parametrize(
     ("body", "status", "code"),
     [
-        ({"checkPolicyId": "address-smoke"}, 400, "invalid_request"),
+        ({"checkPolicyId": SMOKE}, 400, "invalid_request"),
         ({"checkPolicyId": "llm-vibes", "deliveryRef": "x"}, 400, "invalid_request"),
-        ({"checkPolicyId": "address-smoke", "deliveryRef": "not-an-address"}, 400, "invalid_request"),
-        ({"checkPolicyId": "address-smoke", "deliveryRef": "0x" + "11" * 20, "x": 1}, 400, "invalid_request"),
-        ({"checkPolicyId": "address-smoke", "deliveryRef": "a" * 20_000}, 413, "payload_too_large"),
+        ({"checkPolicyId": SMOKE, "deliveryRef": "not-an-address"}, 400, "invalid_request"),
+        ({"checkPolicyId": SMOKE, "deliveryRef": "0x" + "11" * 20, "x": 1}, 400, "invalid_request"),
+        ({"checkPolicyId": SMOKE, "deliveryRef": "a" * 20_000}, 413, "payload_too_large"),
     ],
-)  # fmt: skip
+)
 async def test_bad_bodies_are_refused(
     runtime: TestClient[Any, Any], body: dict[str, Any], status: int, code: str
 ) -> None:
@@ -123,18 +126,24 @@ async def test_malformed_json_is_a_400(runtime: TestClient[Any, Any]) -> None:
 
 
 async def test_a_policy_without_tooling_is_refused(
-    runtime: TestClient[Any, Any], runtime_settings: Settings
+    runtime: TestClient[Any, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from marketplace.verifier.policies import available_policies
-    from marketplace.verifier.policy import PolicyId
+    """This process's tool probe runs with a PATH holding no tool (really absent, not faked):
+    the git and test policies are not offered, and a request for one is refused."""
+    from marketplace.verifier.policies.tooling import FORGE_BIN_ENV, probe
 
-    missing = [p for p in PolicyId if p not in available_policies(runtime_settings)]
-    assert missing, "this test needs one policy whose tooling is absent (forge without solc)"
-    resp = await runtime.post(
-        "/v1/verify",
-        json={"checkPolicyId": missing[0].value, "deliveryRef": "owner/repo@main"},
-        headers=auth(),
-    )
+    monkeypatch.delenv(FORGE_BIN_ENV, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    probe.cache_clear()
+    try:
+        resp = await runtime.post(
+            "/v1/verify",
+            json={"checkPolicyId": "npm-test", "deliveryRef": "owner/repo@main"},
+            headers=auth(),
+        )
+    finally:
+        monkeypatch.undo()
+        probe.cache_clear()
     assert resp.status == 409
     assert (await resp.json())["error"] == "policy_unavailable"
 
