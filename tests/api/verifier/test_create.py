@@ -18,6 +18,7 @@ from marketplace.identity.permissions import set_flags
 from marketplace.verifier.policies import available_policies
 from marketplace.verifier.policies.tooling import FORGE_BIN_ENV, probe
 from marketplace.verifier.policy import PolicyId
+from tests.api.identity.conftest import agent, create_key
 from tests.api.verifier.conftest import (
     JOBS,
     AppFactory,
@@ -291,3 +292,20 @@ async def test_503_without_a_signing_key(
     )
     resp = await client.post(JOBS, json=job_body(project), headers=owner.headers)
     assert await error_code(resp, 503) == "verifier_not_configured"
+
+
+async def test_an_agent_key_acts_for_its_user(vclient: Any, db: asyncpg.Connection) -> None:
+    project, owner, _ = await project_with_parties(vclient, db)
+    stranger = await linked_party(vclient)
+    key = await create_key(vclient, owner.user)
+    accepted = await create_job(vclient, agent(key["secret"]), job_body(project))
+    created_by = await db.fetchval(
+        "SELECT created_by FROM verifier_jobs WHERE id = $1", uuid.UUID(accepted["jobId"])
+    )
+    assert created_by == owner.user.user_id
+    resp = await vclient.get(JOBS, headers=agent(key["secret"]))
+    assert [j["id"] for j in (await resp.json())["items"]] == [accepted["jobId"]]
+    # A stranger's key is a stranger.
+    other = await create_key(vclient, stranger.user)
+    resp = await vclient.post(JOBS, json=job_body(project), headers=agent(other["secret"]))
+    assert await error_code(resp, 403) == "not_project_party"
