@@ -40,6 +40,7 @@ from tests.api.verifier.conftest import (
     wait_status,
 )
 from tests.conftest import new_user
+from tests.support.chain import reverting_chain
 from tests.support.verifier_fixtures import PNG_1X1
 
 TTL = 3600
@@ -463,3 +464,33 @@ async def test_an_older_job_completing_late_does_not_replace_a_newer_result(
         await wait_status(vclient, owner.headers, latest, "completed")
     shown = await milestone()
     assert (shown["latestVerifierJobId"], shown["latestVerifierPasses"]) == (latest, True)
+
+
+async def test_a_requested_nonce_the_registry_already_used_fails_at_once(
+    vclient: Any,
+    db: asyncpg.Connection,
+    devnet: Devnet,
+    worker_settings: Callable[..., Settings],
+) -> None:
+    """A verdict attested on chain consumes its nonce for the signer: a job requesting that
+    nonce could never be relayed, so it fails on its first attempt (no retries, no signature)."""
+    with reverting_chain(devnet.rpc_url, devnet.deployment) as chain:
+        disputed = chain.building()
+        chain.dispute(disputed, 0)
+        receipt = chain.attest(disputed, 0, True)
+        [used] = chain.events(receipt, chain.registry, "VerifierNonceUsed")
+        assert used["signer"] == SIGNER
+        project, owner, _ = await project_with_parties(vclient, db)
+        job_id = (
+            await create_job(
+                vclient,
+                owner.headers,
+                job_body(project, deliveryRef=devnet.deployment.registry, nonce=used["nonce"]),
+            )
+        )["jobId"]
+        async with verifier_worker(worker_settings()):
+            failed = await wait_status(vclient, owner.headers, job_id, "completed", "failed")
+    assert failed["status"] == "failed", failed
+    assert (failed["attemptCount"], failed["maxAttempts"]) == (1, 3)
+    assert f"nonce {used['nonce']} was already used" in failed["error"]
+    assert failed["result"] is None
