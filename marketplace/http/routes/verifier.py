@@ -200,8 +200,12 @@ async def get_raw_evidence(call: Call[None, None, JobPath]) -> VerifierRawEviden
 async def retention_sweeper(app: web.Application) -> AsyncIterator[None]:
     """Delete raw evidence past its retention, now and then, in every frontend; and probe this
     node's tooling in the background, so the first request does not wait for it."""
-    task = asyncio.create_task(sweep_forever(app[keys.PG_POOL]), name="verifier-retention")
-    asyncio.get_running_loop().run_in_executor(None, available_policies, app[keys.SETTINGS])
+    settings = app[keys.SETTINGS]
+    task = asyncio.create_task(
+        sweep_forever(app[keys.PG_POOL], settings.verifier_retention_days),
+        name="verifier-retention",
+    )
+    asyncio.get_running_loop().run_in_executor(None, available_policies, settings)
     yield
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):

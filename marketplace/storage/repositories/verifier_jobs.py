@@ -97,15 +97,23 @@ WHERE m.project_address = $1 AND m.milestone_index = $2
 
 SELECT_RAW = "SELECT raw_evidence, logs, raw_deleted_at FROM verifier_jobs WHERE id = $1"
 
+# Completed jobs expire at retention_expires_at; failed ones (no result, only their attempts'
+# log) the same number of days ($2) after their queue job failed.
 SWEEP = """
 WITH expired AS (
-    SELECT id FROM verifier_jobs
-    WHERE raw_deleted_at IS NULL AND retention_expires_at <= now()
-    ORDER BY retention_expires_at LIMIT $1
-    FOR UPDATE SKIP LOCKED
+    SELECT v.id FROM verifier_jobs v
+    WHERE v.raw_deleted_at IS NULL AND v.retention_expires_at <= now()
+    UNION
+    SELECT v.id FROM verifier_jobs v JOIN jobs j ON j.id = v.job_id
+    WHERE v.raw_deleted_at IS NULL AND v.status IS NULL AND j.status = 'failed'
+      AND j.finished_at <= now() - make_interval(days => $2)
+    LIMIT $1
+),
+locked AS (
+    SELECT v.id FROM verifier_jobs v JOIN expired USING (id) FOR UPDATE OF v SKIP LOCKED
 )
 UPDATE verifier_jobs v SET raw_evidence = NULL, logs = NULL, raw_deleted_at = now()
-FROM expired WHERE v.id = expired.id
+FROM locked WHERE v.id = locked.id
 """
 
 
@@ -220,7 +228,7 @@ async def raw_evidence(conn: Conn, verifier_job_id: uuid.UUID) -> asyncpg.Record
     return await conn.fetchrow(SELECT_RAW, verifier_job_id)
 
 
-async def sweep_expired(conn: Conn, limit: int = 1000) -> int:
+async def sweep_expired(conn: Conn, retention_days: int, limit: int = 1000) -> int:
     """Delete the raw evidence and logs of up to ``limit`` jobs past their retention."""
-    status = await conn.execute(SWEEP, limit)
+    status = await conn.execute(SWEEP, limit, retention_days)
     return int(status.split()[-1])

@@ -20,6 +20,7 @@ from marketplace.chain.eip712 import recover_attestation_signer
 from marketplace.config import Settings
 from marketplace.identity.permissions import set_flags
 from marketplace.storage.pool import create_pool
+from marketplace.storage.repositories.verifier_jobs import sweep_expired
 from marketplace.verifier.retention import sweep
 from tests.api.verifier.conftest import (
     JOBS,
@@ -261,7 +262,7 @@ async def test_reads_evidence_raw_evidence_and_retention(
 async def sweep_now(servers: Any) -> int:
     pool = await create_pool(servers.database_url, min_size=1, max_size=2)
     try:
-        return await sweep(pool)
+        return await sweep(pool, retention_days=30)
     finally:
         await pool.close()
 
@@ -427,6 +428,16 @@ async def test_exhausted_retries_fail_the_job(
     assert row is not None and (row["attestation"], row["status"]) == (None, None)
     resp = await client.get(f"{JOBS}?status=failed", headers=owner.headers)
     assert [j["id"] for j in (await resp.json())["items"]] == [job_id]
+    # The attempts' log of a failed job is swept the retention period after it failed.
+    assert await sweep_expired(db, retention_days=30) == 0
+    await db.execute(
+        "UPDATE jobs SET finished_at = now() - interval '31 days'"
+        " WHERE id = (SELECT job_id FROM verifier_jobs WHERE id = $1)",
+        uuid.UUID(job_id),
+    )
+    assert await sweep_expired(db, retention_days=30) == 1
+    resp = await client.get(f"{JOBS}/{job_id}/evidence/raw", headers=owner.headers)
+    assert await error_code(resp, 410) == "raw_evidence_expired"
 
 
 async def test_an_older_job_completing_late_does_not_replace_a_newer_result(
