@@ -36,12 +36,16 @@ class Command:
 
     ``configure`` names ``fn(parser)``, which adds the command's arguments (and sub-commands) to
     the sub-parser the CLI made for ``name`` and sets ``func``; the CLI resolves it only when the
-    command line invokes ``name``.
+    command line invokes ``name`` (or its parent).
+
+    ``parent`` names a command group (``"admin"``): the command is then ``marketplace <parent>
+    <name>``, so several capabilities share one group without knowing of each other.
     """
 
     name: str
     help: str
     configure: str
+    parent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,9 +98,22 @@ CAPABILITIES: tuple[Capability, ...] = (
         contexts=("marketplace.http.sessions:session_writer", f"{ROUTES}.api_keys:usage_writer"),
         cli=(
             Command(
-                "admin",
-                "grant, revoke or show permission flags",
-                "marketplace.identity.cli:configure",
+                "grant",
+                "set permission flags of a user",
+                "marketplace.identity.cli:configure_grant",
+                parent="admin",
+            ),
+            Command(
+                "revoke",
+                "clear permission flags of a user",
+                "marketplace.identity.cli:configure_revoke",
+                parent="admin",
+            ),
+            Command(
+                "show",
+                "print a user's permission flags",
+                "marketplace.identity.cli:configure_show",
+                parent="admin",
             ),
         ),
     ),
@@ -215,6 +232,23 @@ CAPABILITIES: tuple[Capability, ...] = (
                 "marketplace.http.verifier_runtime:configure",
             ),
         ),
+    ),
+    Capability(
+        name="leaderboards",
+        summary=(
+            "leaderboard categories, the owner's category tags of completed milestones and "
+            "their revisions (boards and agent profiles: not yet)"
+        ),
+        routes=(f"{ROUTES}.leaderboards:routes",),
+        cli=(
+            Command(
+                "categories",
+                "list, add, update or deactivate leaderboard categories",
+                "marketplace.leaderboards.cli:configure",
+                parent="admin",
+            ),
+        ),
+        produces=("category_tags.changed",),
     ),
     Capability(
         name="devnet",

@@ -179,6 +179,11 @@ def configure_status(status: argparse.ArgumentParser) -> None:
     status.set_defaults(func=cmd_status)
 
 
+def configure_group(group: argparse.ArgumentParser) -> None:
+    """A command group: its sub-commands are the commands declared with ``parent=<its name>``,
+    added by :func:`build_parser`."""
+
+
 CORE_COMMANDS: tuple[Command, ...] = (
     Command(
         "up",
@@ -197,12 +202,25 @@ CORE_COMMANDS: tuple[Command, ...] = (
         "show where `marketplace up` runs (exit 1: nowhere)",
         f"{__name__}:configure_status",
     ),
+    Command(
+        "admin",
+        "operator commands: permission flags, leaderboard categories",
+        f"{__name__}:configure_group",
+    ),
 )
 
 
 def commands() -> tuple[Command, ...]:
-    """The core commands, then each capability's, in the registry's order."""
-    return (*CORE_COMMANDS, *(command for cap in CAPABILITIES for command in cap.cli))
+    """The top-level commands: the core's, then each capability's, in the registry's order."""
+    return (
+        *CORE_COMMANDS,
+        *(command for cap in CAPABILITIES for command in cap.cli if command.parent is None),
+    )
+
+
+def subcommands(parent: str) -> tuple[Command, ...]:
+    """The commands of the group ``parent``, in the registry's order."""
+    return tuple(command for cap in CAPABILITIES for command in cap.cli if command.parent == parent)
 
 
 def invoked_command(argv: Sequence[str]) -> str | None:
@@ -221,6 +239,13 @@ def build_parser(configured: Collection[str] | None = None) -> argparse.Argument
         command_parser = sub.add_parser(command.name, help=command.help)
         if configured is None or command.name in configured:
             resolve(command.configure)(command_parser)
+            children = subcommands(command.name)
+            if children:
+                actions = command_parser.add_subparsers(
+                    dest=f"{command.name}_command", required=True
+                )
+                for child in children:
+                    resolve(child.configure)(actions.add_parser(child.name, help=child.help))
     return parser
 
 

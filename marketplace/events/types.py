@@ -37,6 +37,7 @@ class EventType(enum.StrEnum):
     MODERATION_OFFENSE = "moderation.offense"
     MODERATION_SUSPENDED = "moderation.suspended"
     MODERATION_SUSPENSION_LIFTED = "moderation.suspension_lifted"
+    CATEGORY_TAGS_CHANGED = "category_tags.changed"
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,18 @@ class ModerationSuspensionLiftedPayload(Payload):
     liftedByUserId: str
 
 
+class CategoryTagsChangedPayload(Payload):
+    projectAddress: str
+    milestoneIndex: int
+    ownerWalletAddress: str
+    revision: int
+    revisionId: str
+    categories: list[str]
+    # The tag set this revision replaced (empty for revision 1).
+    previousCategories: list[str]
+    userId: str
+
+
 # --- events as consumers receive them -----------------------------------------------------------
 
 
@@ -316,6 +329,11 @@ class ModerationSuspensionLifted(Event):
     payload: ModerationSuspensionLiftedPayload
 
 
+class CategoryTagsChanged(Event):
+    type: Literal["category_tags.changed"]
+    payload: CategoryTagsChangedPayload
+
+
 EVENT_MODELS: dict[str, type[Event]] = {
     EventType.PROJECT_CREATED: ProjectCreated,
     EventType.PROJECT_CHANGED: ProjectChanged,
@@ -335,6 +353,7 @@ EVENT_MODELS: dict[str, type[Event]] = {
     EventType.MODERATION_OFFENSE: ModerationOffense,
     EventType.MODERATION_SUSPENDED: ModerationSuspended,
     EventType.MODERATION_SUSPENSION_LIFTED: ModerationSuspensionLifted,
+    EventType.CATEGORY_TAGS_CHANGED: CategoryTagsChanged,
 }
 
 

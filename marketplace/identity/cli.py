@@ -5,7 +5,10 @@
     marketplace admin show   --user-id <uuid>
 
 The database is ``MARKETPLACE_DATABASE_URL``; when it is unset, the embedded PostgreSQL of the
-running ``marketplace up`` (``--data-dir`` or ``$MARKETPLACE_DATA_DIR`` to choose one) is used.
+running ``marketplace up`` (``--data-dir`` or ``$MARKETPLACE_DATA_DIR`` to choose one) is used
+(:func:`admin_dsn`, which every ``marketplace admin`` sub-command shares). ``admin`` is a command
+group: each capability declares its own sub-commands (``parent="admin"`` in
+marketplace.capabilities), these three are identity's.
 """
 
 from __future__ import annotations
@@ -68,43 +71,60 @@ async def _apply(dsn: str, args: argparse.Namespace) -> Flags:
         await conn.close()
 
 
-def cmd_admin(args: argparse.Namespace) -> int:
-    if args.admin_command != "show" and not (args.moderation or args.verifier):
-        print("name at least one flag: --moderation and/or --verifier", file=sys.stderr)
-        return 2
+def admin_dsn(data_dir: Path | None) -> str | None:
+    """The database of ``marketplace admin``: ``MARKETPLACE_DATABASE_URL``, else the embedded
+    PostgreSQL of the running ``marketplace up``; None (after saying why on stderr) when neither
+    is there."""
     try:
-        dsn = _database_url(load_settings(), getattr(args, "data_dir", None))
+        dsn = _database_url(load_settings(), data_dir)
     except DataDirNotFound as exc:
         print(f"marketplace admin: {exc}; or set MARKETPLACE_DATABASE_URL", file=sys.stderr)
-        return 2
+        return None
     if not dsn:
         print(
             "marketplace admin: the embedded PostgreSQL of that data dir is not running "
             "(start `marketplace up`), or set MARKETPLACE_DATABASE_URL",
             file=sys.stderr,
         )
+        return None
+    return dsn
+
+
+def cmd_admin(args: argparse.Namespace) -> int:
+    if args.admin_command != "show" and not (args.moderation or args.verifier):
+        print("name at least one flag: --moderation and/or --verifier", file=sys.stderr)
+        return 2
+    dsn = admin_dsn(getattr(args, "data_dir", None))
+    if dsn is None:
         return 2
     flags = asyncio.run(_apply(dsn, args))
     print(_as_json(args.user_id, flags))
     return 0
 
 
-def configure(admin: argparse.ArgumentParser) -> None:
-    """``marketplace admin``'s arguments (declared in :mod:`marketplace.capabilities`)."""
-    actions = admin.add_subparsers(dest="admin_command", required=True)
-    for name, text in (
-        ("grant", "set the named flags"),
-        ("revoke", "clear the named flags"),
-        ("show", "print a user's flags"),
-    ):
-        action = actions.add_parser(name, help=text)
-        action.add_argument("--user-id", type=uuid.UUID, required=True)
-        action.add_argument("--data-dir", type=Path, help=DATA_DIR_HELP)
-        if name != "show":
-            action.add_argument(
-                "--moderation", action="store_true", help="moderationAdmin (report workflow)"
-            )
-            action.add_argument("--verifier", action="store_true", help="verifierAdmin")
-        else:
-            action.set_defaults(moderation=False, verifier=False)
-        action.set_defaults(func=cmd_admin)
+def _configure(action: argparse.ArgumentParser, *, show: bool) -> None:
+    action.add_argument("--user-id", type=uuid.UUID, required=True)
+    action.add_argument("--data-dir", type=Path, help=DATA_DIR_HELP)
+    if not show:
+        action.add_argument(
+            "--moderation", action="store_true", help="moderationAdmin (report workflow)"
+        )
+        action.add_argument("--verifier", action="store_true", help="verifierAdmin")
+    else:
+        action.set_defaults(moderation=False, verifier=False)
+    action.set_defaults(func=cmd_admin)
+
+
+def configure_grant(action: argparse.ArgumentParser) -> None:
+    """``marketplace admin grant`` (declared in :mod:`marketplace.capabilities`)."""
+    _configure(action, show=False)
+
+
+def configure_revoke(action: argparse.ArgumentParser) -> None:
+    """``marketplace admin revoke``."""
+    _configure(action, show=False)
+
+
+def configure_show(action: argparse.ArgumentParser) -> None:
+    """``marketplace admin show``."""
+    _configure(action, show=True)

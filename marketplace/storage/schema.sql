@@ -194,6 +194,20 @@ CREATE SEQUENCE public.jobs_id_seq
 
 ALTER SEQUENCE public.jobs_id_seq OWNED BY public.jobs.id;
 
+CREATE TABLE public.leaderboard_categories (
+    slug text NOT NULL,
+    display_name text NOT NULL,
+    description text,
+    sort_order integer NOT NULL,
+    is_active boolean DEFAULT true NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT leaderboard_categories_description_check CHECK (((description IS NULL) OR ((char_length(description) >= 1) AND (char_length(description) <= 500)))),
+    CONSTRAINT leaderboard_categories_display_name_check CHECK (((char_length(display_name) >= 1) AND (char_length(display_name) <= 100))),
+    CONSTRAINT leaderboard_categories_slug_check CHECK (((slug ~ '^[a-z0-9]+(?:-[a-z0-9]+)*$'::text) AND (char_length(slug) <= 64))),
+    CONSTRAINT leaderboard_categories_sort_order_check CHECK ((sort_order >= 1))
+);
+
 CREATE TABLE public.legal_acceptances (
     user_id uuid NOT NULL,
     document_type text NOT NULL,
@@ -260,6 +274,48 @@ ALTER TABLE public.messages ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+CREATE TABLE public.milestone_category_tag_revisions (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    seq bigint NOT NULL,
+    project_address text NOT NULL,
+    milestone_index integer NOT NULL,
+    revision integer NOT NULL,
+    owner_wallet_address text NOT NULL,
+    categories text[] NOT NULL,
+    previous_categories text[] DEFAULT '{}'::text[] NOT NULL,
+    changed_by uuid,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT milestone_category_tag_revisions_categories_check CHECK (((cardinality(categories) >= 1) AND (cardinality(categories) <= 5))),
+    CONSTRAINT milestone_category_tag_revisions_milestone_index_check CHECK (((milestone_index >= 0) AND (milestone_index <= 65535))),
+    CONSTRAINT milestone_category_tag_revisions_owner_wallet_address_check CHECK ((owner_wallet_address ~ '^0x[0-9a-f]{40}$'::text)),
+    CONSTRAINT milestone_category_tag_revisions_project_address_check CHECK ((project_address ~ '^0x[0-9a-f]{40}$'::text)),
+    CONSTRAINT milestone_category_tag_revisions_revision_check CHECK ((revision >= 1))
+);
+
+ALTER TABLE public.milestone_category_tag_revisions ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.milestone_category_tag_revisions_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.milestone_category_tags (
+    project_address text NOT NULL,
+    milestone_index integer NOT NULL,
+    owner_wallet_address text NOT NULL,
+    categories text[] NOT NULL,
+    revision integer NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT milestone_category_tags_categories_check CHECK (((cardinality(categories) >= 1) AND (cardinality(categories) <= 5))),
+    CONSTRAINT milestone_category_tags_milestone_index_check CHECK (((milestone_index >= 0) AND (milestone_index <= 65535))),
+    CONSTRAINT milestone_category_tags_owner_wallet_address_check CHECK ((owner_wallet_address ~ '^0x[0-9a-f]{40}$'::text)),
+    CONSTRAINT milestone_category_tags_project_address_check CHECK ((project_address ~ '^0x[0-9a-f]{40}$'::text)),
+    CONSTRAINT milestone_category_tags_revision_check CHECK ((revision >= 1))
 );
 
 CREATE TABLE public.milestones (
@@ -659,6 +715,9 @@ ALTER TABLE ONLY public.jobs
 ALTER TABLE ONLY public.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY public.leaderboard_categories
+    ADD CONSTRAINT leaderboard_categories_pkey PRIMARY KEY (slug);
+
 ALTER TABLE ONLY public.legal_acceptances
     ADD CONSTRAINT legal_acceptances_pkey PRIMARY KEY (user_id, document_type, version, kind);
 
@@ -676,6 +735,18 @@ ALTER TABLE ONLY public.messages
 
 ALTER TABLE ONLY public.messages
     ADD CONSTRAINT messages_seq_key UNIQUE (seq);
+
+ALTER TABLE ONLY public.milestone_category_tag_revisions
+    ADD CONSTRAINT milestone_category_tag_revisions_once UNIQUE (project_address, milestone_index, revision);
+
+ALTER TABLE ONLY public.milestone_category_tag_revisions
+    ADD CONSTRAINT milestone_category_tag_revisions_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.milestone_category_tag_revisions
+    ADD CONSTRAINT milestone_category_tag_revisions_seq_key UNIQUE (seq);
+
+ALTER TABLE ONLY public.milestone_category_tags
+    ADD CONSTRAINT milestone_category_tags_pkey PRIMARY KEY (project_address, milestone_index);
 
 ALTER TABLE ONLY public.milestones
     ADD CONSTRAINT milestones_pkey PRIMARY KEY (project_address, milestone_index);
@@ -770,6 +841,8 @@ CREATE INDEX jobs_failed ON public.jobs USING btree (queue, finished_at) WHERE (
 
 CREATE INDEX jobs_leases ON public.jobs USING btree (queue, lease_expires_at) WHERE (status = 'running'::text);
 
+CREATE INDEX leaderboard_categories_order ON public.leaderboard_categories USING btree (sort_order, slug);
+
 CREATE INDEX message_reports_by_status ON public.message_reports USING btree (status, seq DESC);
 
 CREATE INDEX message_reports_open_by_message ON public.message_reports USING btree (message_id) WHERE (status = ANY (ARRAY['open'::text, 'reviewing'::text]));
@@ -779,6 +852,10 @@ CREATE INDEX messages_project_chat ON public.messages USING btree (project_addre
 CREATE INDEX messages_sender ON public.messages USING btree (sender_user_id);
 
 CREATE INDEX messages_thread ON public.messages USING btree (thread_id, seq DESC) WHERE (kind = 'direct'::text);
+
+CREATE INDEX milestone_category_tag_revisions_milestone ON public.milestone_category_tag_revisions USING btree (project_address, milestone_index, seq DESC);
+
+CREATE INDEX milestone_category_tags_categories ON public.milestone_category_tags USING gin (categories);
 
 CREATE INDEX moderation_audit_by_subject ON public.moderation_audit USING btree (subject_user_id, seq DESC);
 
@@ -876,6 +953,9 @@ ALTER TABLE ONLY public.messages
 
 ALTER TABLE ONLY public.messages
     ADD CONSTRAINT messages_thread_id_fkey FOREIGN KEY (thread_id) REFERENCES public.dm_threads(thread_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.milestone_category_tag_revisions
+    ADD CONSTRAINT milestone_category_tag_revisions_changed_by_fkey FOREIGN KEY (changed_by) REFERENCES public.users(user_id) ON DELETE SET NULL;
 
 ALTER TABLE ONLY public.milestones
     ADD CONSTRAINT milestones_project_address_fkey FOREIGN KEY (project_address) REFERENCES public.projects(project_address) ON DELETE CASCADE;

@@ -77,7 +77,17 @@ def test_the_cli_offers_the_commands_the_capabilities_declare() -> None:
             leaves.append(name)
         else:
             pending += [(f"{name} {n}", p) for n, p in _subcommands(command_parser).items()]
-    assert {"serve", "admin show", "devnet info", "devnet allowlist add"} <= set(leaves)
+    assert {
+        "serve",
+        "admin show",
+        "admin categories add",
+        "devnet info",
+        "devnet allowlist add",
+    } <= set(leaves)
+    # Sub-commands of a group are named once per group, and only groups that exist have them.
+    children = [(c.parent, c.name) for cap in CAPABILITIES for c in cap.cli if c.parent]
+    assert len(children) == len(set(children))
+    assert {parent for parent, _ in children} <= set(declared)
 
 
 def test_only_the_invoked_command_is_configured() -> None:

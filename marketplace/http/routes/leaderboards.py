@@ -1,0 +1,138 @@
+"""Leaderboards (spec sections 2 and 4 "Leaderboards and agents", issue #15): the categories
+and the owner's category tags of completed milestones with their revisions. Rules in
+marketplace.leaderboards; docs/leaderboards.md. Boards and agent profiles: not yet."""
+
+from __future__ import annotations
+
+from marketplace.http.paths import ProjectMilestonePath
+from marketplace.http.routing import AuthMode, Call, RouteTable
+from marketplace.leaderboards import categories, tags
+from marketplace.leaderboards.errors import (
+    CategoryTagsNotFound,
+    MilestoneNotCompleted,
+    MilestoneNotFound,
+    UnknownCategory,
+)
+from marketplace.leaderboards.models import (
+    CategoryListResponse,
+    MilestoneTags,
+    TagRevision,
+    TagRevisionsQuery,
+    TagRevisionsResponse,
+    TagUpsertRequest,
+)
+from marketplace.records.errors import NotProjectOwner, ProjectNotFound, WalletNotLinked
+
+routes = RouteTable(tag="leaderboards")
+
+TAGS_PATH = "/v1/projects/{projectAddress}/milestones/{milestoneIndex}/category-tags"
+
+
+@routes.get(
+    "/v1/leaderboard/categories",
+    name="listLeaderboardCategories",
+    summary="The leaderboard categories, by sortOrder",
+    auth=AuthMode.OPTIONAL,
+    response=CategoryListResponse,
+    exclude_none=True,
+)
+async def list_categories(call: Call[None, None, None]) -> CategoryListResponse:
+    """Every category, active or not, ordered by `sortOrder`, then slug: `{slug, displayName,
+    sortOrder, isActive, createdAt, updatedAt}` and `description` when it has one. Only active
+    categories are accepted in new tags; an inactive one stays listed because existing tags
+    keep naming it. Operators manage them with `marketplace admin categories`."""
+    items = await categories.list_categories(call.pool)
+    return CategoryListResponse(items=items, count=len(items))
+
+
+@routes.post(
+    TAGS_PATH,
+    name="upsertMilestoneCategoryTags",
+    summary="Tag a completed milestone with categories (project owner)",
+    auth=AuthMode.EITHER,
+    guarded=True,
+    response=MilestoneTags,
+    path_params=ProjectMilestonePath,
+    body=TagUpsertRequest,
+    errors=(
+        WalletNotLinked,
+        NotProjectOwner,
+        ProjectNotFound,
+        MilestoneNotFound,
+        MilestoneNotCompleted,
+        UnknownCategory,
+    ),
+)
+async def upsert_tags(call: Call[TagUpsertRequest, None, ProjectMilestonePath]) -> MilestoneTags:
+    """Sets the milestone's category tags to `categories` (1..5 distinct slugs; otherwise 400
+    `invalid_request`) and answers the tag set, stored in the categories' order (sortOrder,
+    then slug). `ownerWalletAddress` must be an active wallet link of the caller (403
+    `wallet_not_linked`) and the project's current indexed owner (403 `not_project_owner`); a
+    project that is not indexed or hidden from the caller is 404 `project_not_found`, a
+    milestone the project does not have 404 `milestone_not_found`. The milestone must be
+    completed: `approved` (an owner approval, or a dispute resolved or finalized as approved),
+    else 409 `milestone_not_completed`. Every slug must be an active category, else 422
+    `unknown_category` with `unknown` naming the others. Each change writes a revision (see
+    `.../category-tags/revisions`) and a `category_tags.changed` event; sending the tag set
+    that is stored (in any order, by the same owner wallet) changes and records nothing."""
+    principal = call.require_principal()
+    result = await tags.upsert_tags(
+        call.pool,
+        user_id=principal.user_id,
+        project_address=call.path.projectAddress,
+        milestone_index=call.path.milestoneIndex,
+        owner_wallet_address=call.body.ownerWalletAddress,
+        categories=call.body.categories,
+    )
+    return MilestoneTags.from_row(result.tags)
+
+
+@routes.get(
+    TAGS_PATH,
+    name="getMilestoneCategoryTags",
+    summary="A milestone's category tags",
+    auth=AuthMode.OPTIONAL,
+    response=MilestoneTags,
+    path_params=ProjectMilestonePath,
+    errors=(ProjectNotFound, CategoryTagsNotFound),
+)
+async def get_tags(call: Call[None, None, ProjectMilestonePath]) -> MilestoneTags:
+    """The milestone's current tag set; 404 `category_tags_not_found` when it was never tagged.
+    The tags of an invite-only project are visible only to those who see the project (an
+    active link to its owner, selected worker or an allowlisted wallet); for anyone else, as for
+    a project that is not indexed, 404 `project_not_found`."""
+    viewer = call.principal.user_id if call.principal is not None else None
+    row = await tags.visible_tags(
+        call.pool, viewer, call.path.projectAddress, call.path.milestoneIndex
+    )
+    return MilestoneTags.from_row(row)
+
+
+@routes.get(
+    TAGS_PATH + "/revisions",
+    name="listMilestoneCategoryTagRevisions",
+    summary="A milestone's category tag revisions, newest first",
+    auth=AuthMode.OPTIONAL,
+    response=TagRevisionsResponse,
+    path_params=ProjectMilestonePath,
+    query=TagRevisionsQuery,
+    errors=(ProjectNotFound,),
+)
+async def list_revisions(
+    call: Call[None, TagRevisionsQuery, ProjectMilestonePath],
+) -> TagRevisionsResponse:
+    """Every change of the milestone's tag set, newest first: `revision` (1, 2, ...),
+    `categories` and the `previousCategories` it replaced (empty for revision 1). `limit`
+    1..100 (default 50); pass `nextCursor` back as `cursor` for the next page. Empty when the
+    milestone was never tagged. Visibility as for the tags (404 `project_not_found`)."""
+    viewer = call.principal.user_id if call.principal is not None else None
+    rows, next_cursor = await tags.visible_revisions(
+        call.pool,
+        viewer,
+        call.path.projectAddress,
+        call.path.milestoneIndex,
+        cursor=call.query.cursor,
+        limit=call.query.limit,
+    )
+    items = [TagRevision.from_row(row) for row in rows]
+    return TagRevisionsResponse(items=items, count=len(items), nextCursor=next_cursor)
