@@ -1,0 +1,117 @@
+"""Which external tools this node has for the policies, probed once per process.
+
+A tool counts only when it runs: ``git --version``, ``node --version`` and ``npm --version``,
+``cargo --version`` under the same minimal environment the test policies give it (the rustup
+proxy needs ``RUSTUP_HOME``), ``forge --version``, and a native ``solc`` whose ``--version``
+prints a ``Version:`` line (forge cannot use solcjs, and may not download a compiler: the test
+policies run offline as far as compilers go).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+NPM_FORGE_BIN = REPO_ROOT / "node_modules" / "@foundry-rs" / "forge-linux-amd64" / "bin" / "forge"
+FORGE_BIN_ENV = "MARKETPLACE_FORGE_BIN"
+SOLC_BIN_ENV = "MARKETPLACE_SOLC_BIN"
+_PROBE_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class Tooling:
+    git: str | None
+    node: str | None
+    npm: str | None
+    cargo: str | None
+    # Where rustup keeps its toolchains; handed to cargo in the minimal environment.
+    rustup_home: str | None
+    forge: str | None
+    solc: str | None
+
+    def path_dirs(self) -> list[str]:
+        """The directories of the tools found, for a child's ``PATH``."""
+        dirs: list[str] = []
+        for tool in (self.git, self.node, self.npm, self.cargo, self.forge, self.solc):
+            if tool is not None and str(Path(tool).parent) not in dirs:
+                dirs.append(str(Path(tool).parent))
+        return dirs
+
+
+def _runs(argv: list[str], env: dict[str, str] | None = None, expect: str = "") -> bool:
+    try:
+        result = subprocess.run(
+            argv,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=_PROBE_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0 and expect in result.stdout
+
+
+def _which(name: str) -> str | None:
+    found = shutil.which(name)
+    return str(Path(found).resolve()) if found and Path(found).is_file() else None
+
+
+def _rustup_home() -> str | None:
+    configured = os.environ.get("RUSTUP_HOME")
+    candidate = Path(configured) if configured else Path.home() / ".rustup"
+    return str(candidate) if candidate.is_dir() else None
+
+
+def _probe_cargo() -> tuple[str | None, str | None]:
+    cargo = shutil.which("cargo")
+    if cargo is None:
+        return None, None
+    rustup_home = _rustup_home()
+    with tempfile.TemporaryDirectory(prefix="mkt-probe-") as home:
+        env = {"HOME": home, "PATH": f"{Path(cargo).parent}:/usr/bin:/bin"}
+        if rustup_home:
+            env["RUSTUP_HOME"] = rustup_home
+        if not _runs([cargo, "--version"], env):
+            return None, None
+    # Not resolved: under rustup, `cargo` is a proxy whose name picks the tool.
+    return cargo, rustup_home
+
+
+def _probe_forge() -> tuple[str | None, str | None]:
+    override = os.environ.get(FORGE_BIN_ENV)
+    candidates = [override] if override else [str(NPM_FORGE_BIN), shutil.which("forge")]
+    forge = next((c for c in candidates if c and Path(c).is_file() and os.access(c, os.X_OK)), None)
+    if forge is None or not _runs([forge, "--version"]):
+        return None, None
+    solc = os.environ.get(SOLC_BIN_ENV) or shutil.which("solc")
+    if solc is None or not _runs([solc, "--version"], expect="Version:"):
+        return forge, None
+    return forge, solc
+
+
+@functools.cache
+def probe() -> Tooling:
+    git = _which("git")
+    if git is not None and not _runs([git, "--version"]):
+        git = None
+    node, npm = _which("node"), shutil.which("npm")
+    if (
+        node is None
+        or npm is None
+        or not (_runs([node, "--version"]) and _runs([npm, "--version"]))
+    ):
+        node = npm = None
+    cargo, rustup_home = _probe_cargo()
+    forge, solc = _probe_forge()
+    return Tooling(
+        git=git, node=node, npm=npm, cargo=cargo, rustup_home=rustup_home, forge=forge, solc=solc
+    )
