@@ -92,8 +92,7 @@ def settings_for_actor(settings: Settings, **overrides: Any) -> dict[str, Any]:
     data["notification_unsubscribe_secret"] = (
         unsubscribe.get_secret_value() if unsubscribe is not None else None
     )
-    # And the verifier's signing key: the `verifier` job workers sign the attestations (masked,
-    # the actor's Settings refused it and no worker of the pool could start).
+    # And the verifier's signing key: the `verifier` pool's actors sign attestations.
     key = settings.verifier_private_key
     data["verifier_private_key"] = key.get_secret_value() if key is not None else None
     data.update(overrides)

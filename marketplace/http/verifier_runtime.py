@@ -62,6 +62,7 @@ def _authorized(request: web.Request, settings: Settings) -> bool:
 async def verify(request: web.Request) -> web.Response:
     from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 
+    from marketplace.actors.runtime import settings_for_actor
     from marketplace.actors.verifier_task import run_policy_task
     from marketplace.verifier.policy import TransientPolicyError
 
@@ -79,14 +80,14 @@ async def verify(request: web.Request) -> web.Response:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "body"
         return _error(400, "invalid_request", f"invalid request: {where}: {first['msg']}")
-    if body.checkPolicyId not in available_policies(settings):
+    if body.checkPolicyId not in await asyncio.to_thread(available_policies, settings):
         return _error(409, "policy_unavailable", f"{body.checkPolicyId.value} is not available")
     try:
         parse_delivery_ref(body.checkPolicyId, body.deliveryRef, settings)
     except InvalidDeliveryRef as exc:
         return _error(400, "invalid_request", f"invalid request: deliveryRef: {exc}")
     ref = run_policy_task.remote(
-        settings.model_dump(mode="json"), body.checkPolicyId.value, body.deliveryRef
+        settings_for_actor(settings), body.checkPolicyId.value, body.deliveryRef
     )
     try:
         result = await asyncio.wait_for(ref, settings.verifier_job_timeout_seconds)

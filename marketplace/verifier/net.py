@@ -50,7 +50,10 @@ class HostNotFound(Exception):
 
 def address_forbidden(ip: IPAddress) -> bool:
     if isinstance(ip, ipaddress.IPv6Address):
-        embedded = ip.ipv4_mapped or ip.sixtofour
+        if ip.ipv4_mapped is not None:
+            # The socket connects to the IPv4 address: it alone decides.
+            return address_forbidden(ip.ipv4_mapped)
+        embedded = ip.sixtofour
         if embedded is None and ip in _NAT64:
             embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
         if embedded is not None and address_forbidden(embedded):

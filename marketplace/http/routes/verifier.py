@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from marketplace.config import Settings
 from marketplace.http import keys
 from marketplace.http.routing import AuthMode, Call, Reply, RouteTable
 from marketplace.notifications.unsubscribe import public_base_url
@@ -54,10 +55,10 @@ routes = RouteTable(tag="verifier")
 JOB_PATH = "/v1/verifier/jobs/{jobId}"
 
 
-def job_url(call: Call[object, object, object], job_id: str) -> str:
+def job_url(settings: Settings, job_id: str) -> str:
     path = JOB_PATH.format(jobId=job_id)
-    if call.settings.public_base_url.strip():
-        return f"{public_base_url(call.settings)}{path}"
+    if settings.public_base_url.strip():
+        return f"{public_base_url(settings)}{path}"
     return path
 
 
@@ -89,7 +90,8 @@ async def create_job(call: Call[VerifierJobCreateRequest, None, None]) -> Reply:
     503 `verifier_not_configured` when no signing key is configured. Answers 202 with the queued
     job and its `pollUrl`."""
     principal = call.require_principal()
-    available = available_policies(call.settings)
+    # The tool probe runs commands once per process (about a second): never on the loop.
+    available = await asyncio.to_thread(available_policies, call.settings)
     job_id, accepted = await jobs.accept(
         call.pool,
         call.settings,
@@ -98,7 +100,7 @@ async def create_job(call: Call[VerifierJobCreateRequest, None, None]) -> Reply:
         available=available,
         signing_ready=Signer.from_settings(call.settings) is not None,
     )
-    accepted.pollUrl = job_url(call, str(job_id))
+    accepted.pollUrl = job_url(call.settings, str(job_id))
     return Reply(accepted, status=202, headers={"Location": accepted.pollUrl})
 
 
@@ -196,8 +198,10 @@ async def get_raw_evidence(call: Call[None, None, JobPath]) -> VerifierRawEviden
 
 
 async def retention_sweeper(app: web.Application) -> AsyncIterator[None]:
-    """Delete raw evidence past its retention, now and then, in every frontend."""
+    """Delete raw evidence past its retention, now and then, in every frontend; and probe this
+    node's tooling in the background, so the first request does not wait for it."""
     task = asyncio.create_task(sweep_forever(app[keys.PG_POOL]), name="verifier-retention")
+    asyncio.get_running_loop().run_in_executor(None, available_policies, app[keys.SETTINGS])
     yield
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):

@@ -83,10 +83,16 @@ SET status = 'completed', attempt_count = $2, completed_at = now(), updated_at =
 WHERE id = $1 AND status IS NULL
 RETURNING project_address, milestone_index
 """
+# The newest job by request wins, whatever order jobs complete in: an older job retried until
+# after a newer one completed does not replace the newer result. (Under concurrent completions
+# the row lock serialises the updates and the second re-checks this condition on the new row.)
 UPDATE_MILESTONE = """
-UPDATE milestones
+UPDATE milestones m
 SET latest_verifier_job_id = $3, latest_verifier_passes = $4, latest_verifier_evidence_hash = $5
-WHERE project_address = $1 AND milestone_index = $2
+WHERE m.project_address = $1 AND m.milestone_index = $2
+  AND NOT EXISTS (
+      SELECT 1 FROM verifier_jobs shown, verifier_jobs done
+      WHERE shown.id = m.latest_verifier_job_id AND done.id = $3 AND shown.seq > done.seq)
 """
 
 SELECT_RAW = "SELECT raw_evidence, logs, raw_deleted_at FROM verifier_jobs WHERE id = $1"

@@ -53,7 +53,11 @@ async def run_github_ref(ref: gitrepo.RepoRef, ctx: PolicyContext) -> PolicyOutc
     }
     try:
         resolved, missing = await gitrepo.resolve(ref, ctx, home)
-    except (HostRefused, HostNotFound) as exc:
+    except HostNotFound as exc:
+        # The git host is the deployment's own setting: a name that does not resolve is DNS
+        # trouble to retry, not the delivery's fault.
+        raise TransientPolicyError(str(exc)) from exc
+    except HostRefused as exc:
         evidence.update(found=False, refName=None, refKind=None, commit=None)
         evidence["reason"] = "host_refused"
         return PolicyOutcome(passes=False, evidence=evidence, raw={"error": str(exc)})

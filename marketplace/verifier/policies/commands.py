@@ -64,10 +64,14 @@ def _cargo_env(tools: Tooling, home: Path) -> dict[str, str]:
 
 
 def _forge_env(tools: Tooling, home: Path) -> dict[str, str]:
-    # A native solc of the node's, never a download (FOUNDRY_OFFLINE).
+    # The node's solc (native or the solcjs shim), never a download (FOUNDRY_OFFLINE). The
+    # shim is one compiler version (the `solc` npm package's): a project pinning another
+    # version fails to compile, which is a negative result, not a transient one.
     env = {"FOUNDRY_OFFLINE": "true", "NO_COLOR": "1"}
     if tools.solc:
         env["FOUNDRY_SOLC"] = tools.solc
+    if tools.solcjs_module:
+        env["SOLCJS_MODULE"] = tools.solcjs_module
     return env
 
 
@@ -147,7 +151,11 @@ async def run_suite(suite: TestSuite, ref: gitrepo.RepoRef, ctx: PolicyContext) 
             checkout=True,
             timeout_s=max(1.0, deadline - time.monotonic()),
         )
-    except (HostRefused, HostNotFound) as exc:
+    except HostNotFound as exc:
+        # The git host is the deployment's own setting: a name that does not resolve is DNS
+        # trouble to retry, not the delivery's fault.
+        raise TransientPolicyError(str(exc)) from exc
+    except HostRefused as exc:
         evidence.update(commit=None, commands=[], reason="host_refused")
         return PolicyOutcome(passes=False, evidence=evidence, raw={"error": str(exc)})
     except gitrepo.RepositoryNotFound as exc:

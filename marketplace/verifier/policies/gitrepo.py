@@ -143,7 +143,8 @@ async def transport_args(url: str, settings: Settings) -> list[str]:
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     addresses = await resolve_checked(parsed.host, port, allow_private=allow_private)
     if ip_literal(parsed.host) is None:
-        pinned = addresses[0] if ":" not in addresses[0] else f"[{addresses[0]}]"
+        # Every checked address (curl falls back through them), and no others.
+        pinned = ",".join(a if ":" not in a else f"[{a}]" for a in addresses)
         args += ["-c", f"http.curloptResolve={parsed.host}:{port}:{pinned}"]
     return args
 
@@ -205,7 +206,8 @@ async def ls_remote(ref: RepoRef, ctx: PolicyContext, home: Path) -> dict[str, s
     Raises :class:`RepositoryNotFound`, :class:`HostRefused`, :class:`TransientPolicyError`."""
     settings = ctx.settings
     transport = await transport_args(ref.url, settings)
-    patterns = ["HEAD"] if _COMMIT.fullmatch(ref.ref) else [ref.ref]
+    # The peeled entry of an annotated tag matches only a pattern that names it.
+    patterns = ["HEAD"] if _COMMIT.fullmatch(ref.ref) else [ref.ref, f"{ref.ref}^{{}}"]
     output = await _git(
         [*transport, "ls-remote", "--", ref.url, *patterns],
         cwd=home,

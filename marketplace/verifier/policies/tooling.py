@@ -2,9 +2,12 @@
 
 A tool counts only when it runs: ``git --version``, ``node --version`` and ``npm --version``,
 ``cargo --version`` under the same minimal environment the test policies give it (the rustup
-proxy needs ``RUSTUP_HOME``), ``forge --version``, and a native ``solc`` whose ``--version``
-prints a ``Version:`` line (forge cannot use solcjs, and may not download a compiler: the test
-policies run offline as far as compilers go).
+proxy needs ``RUSTUP_HOME``), ``forge --version`` (``$MARKETPLACE_FORGE_BIN``, else the binary of
+the ``@foundry-rs/forge-linux-amd64`` npm package, else ``forge`` on ``PATH``), and a solc forge
+can run whose ``--version`` prints a ``Version:`` line: a native one (``$MARKETPLACE_SOLC_BIN``
+or ``solc`` on ``PATH``), else ``solcjs_cli.js``, a solc command line over the repository's
+``solc`` npm package (solcjs). forge may not download a compiler: it runs with
+``FOUNDRY_OFFLINE``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 NPM_FORGE_BIN = REPO_ROOT / "node_modules" / "@foundry-rs" / "forge-linux-amd64" / "bin" / "forge"
 FORGE_BIN_ENV = "MARKETPLACE_FORGE_BIN"
 SOLC_BIN_ENV = "MARKETPLACE_SOLC_BIN"
+SOLCJS_MODULE = REPO_ROOT / "node_modules" / "solc"
+SOLCJS_SHIM = Path(__file__).resolve().parent / "solcjs_cli.js"
 _PROBE_TIMEOUT_S = 20.0
 
 
@@ -33,7 +38,9 @@ class Tooling:
     # Where rustup keeps its toolchains; handed to cargo in the minimal environment.
     rustup_home: str | None
     forge: str | None
+    # A solc command forge can run: native, or the solcjs shim (then the module it loads).
     solc: str | None
+    solcjs_module: str | None = None
 
     def path_dirs(self) -> list[str]:
         """The directories of the tools found, for a child's ``PATH``."""
@@ -86,16 +93,25 @@ def _probe_cargo() -> tuple[str | None, str | None]:
     return cargo, rustup_home
 
 
-def _probe_forge() -> tuple[str | None, str | None]:
+def _probe_solc(node: str | None) -> tuple[str | None, str | None]:
+    """A native solc (``$MARKETPLACE_SOLC_BIN`` or ``solc`` on ``PATH``), else the solcjs shim
+    over the repository's ``solc`` npm package; with the shim, the module path it loads."""
+    native = os.environ.get(SOLC_BIN_ENV) or shutil.which("solc")
+    if native is not None and _runs([native, "--version"], expect="Version:"):
+        return native, None
+    if node is None or not (SOLCJS_MODULE / "package.json").is_file():
+        return None, None
+    env = {"PATH": f"{Path(node).parent}:/usr/bin:/bin", "SOLCJS_MODULE": str(SOLCJS_MODULE)}
+    if not _runs([str(SOLCJS_SHIM), "--version"], env, expect="Version:"):
+        return None, None
+    return str(SOLCJS_SHIM), str(SOLCJS_MODULE)
+
+
+def _probe_forge() -> str | None:
     override = os.environ.get(FORGE_BIN_ENV)
     candidates = [override] if override else [str(NPM_FORGE_BIN), shutil.which("forge")]
     forge = next((c for c in candidates if c and Path(c).is_file() and os.access(c, os.X_OK)), None)
-    if forge is None or not _runs([forge, "--version"]):
-        return None, None
-    solc = os.environ.get(SOLC_BIN_ENV) or shutil.which("solc")
-    if solc is None or not _runs([solc, "--version"], expect="Version:"):
-        return forge, None
-    return forge, solc
+    return forge if forge is not None and _runs([forge, "--version"]) else None
 
 
 @functools.cache
@@ -111,7 +127,15 @@ def probe() -> Tooling:
     ):
         node = npm = None
     cargo, rustup_home = _probe_cargo()
-    forge, solc = _probe_forge()
+    forge = _probe_forge()
+    solc, solcjs_module = _probe_solc(node) if forge else (None, None)
     return Tooling(
-        git=git, node=node, npm=npm, cargo=cargo, rustup_home=rustup_home, forge=forge, solc=solc
+        git=git,
+        node=node,
+        npm=npm,
+        cargo=cargo,
+        rustup_home=rustup_home,
+        forge=forge,
+        solc=solc,
+        solcjs_module=solcjs_module,
     )

@@ -144,7 +144,10 @@ async def run_figma(ref: FigmaRef, ctx: PolicyContext) -> PolicyOutcome:
             guarded_get(session, ref.url, allow_private=allow_private, trace=trace) as response,
         ):
             status = response.status
-    except (HostRefused, HostNotFound, TooManyRedirects) as exc:
+    except HostNotFound as exc:
+        # The Figma host is the deployment's setting: DNS trouble, to retry.
+        raise TransientPolicyError(str(exc)) from exc
+    except (HostRefused, TooManyRedirects) as exc:
         evidence.update(status=None, hops=_hops(trace), reason=_reason(exc))
         return PolicyOutcome(passes=False, evidence=evidence, raw={"error": str(exc)})
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
@@ -204,6 +207,10 @@ async def run_screenshot(ref: ScreenshotRef, ctx: PolicyContext) -> PolicyOutcom
                     # Stop reading: whatever follows is past the limit anyway.
                     return _negative(evidence, raw, "too_large")
     except (HostRefused, HostNotFound, TooManyRedirects) as exc:
+        if isinstance(exc, HostNotFound) and ref.source.startswith("ipfs://"):
+            # The gateway is the deployment's setting: DNS trouble, to retry. A host named in
+            # an https:// reference that does not exist is the reference's fault.
+            raise TransientPolicyError(str(exc)) from exc
         evidence.update(hops=_hops(trace))
         raw["error"] = str(exc)
         return _negative(evidence, raw, _reason(exc))

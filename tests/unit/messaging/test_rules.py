@@ -38,6 +38,7 @@ def project(worker: str | None = WORKER) -> ProjectParties:
         "dispute_phase": None,
         "dispute_milestone_index": None,
         "dispute_opened_at": None,
+        "milestone_count": 3,
     }
     return ProjectParties.from_row(row)  # type: ignore[arg-type]  # a mapping like a Record
 

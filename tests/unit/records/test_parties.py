@@ -28,6 +28,7 @@ def parties(**values: Any) -> ProjectParties:
         "dispute_phase": "challenged",
         "dispute_milestone_index": 2,
         "dispute_opened_at": 1_700_000_000,
+        "milestone_count": 3,
     }
     row.update(values)
     return ProjectParties.from_row(row)  # type: ignore[arg-type]  # a mapping like a Record

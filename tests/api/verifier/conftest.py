@@ -1,0 +1,218 @@
+"""Helpers of the verifier jobs API tests: a devnet for attestations, app settings pointing at it,
+an in-process `verifier` worker, job requests and polling.
+
+Apps in tests start no `verifier` workers (tests/conftest.py `make_settings`), so the tests that
+run jobs start a :class:`JobWorker` of the `verifier` queue in their own event loop, with the
+settings they choose (a closed RPC port for transient failures, tiny backoffs). The worker records
+the test process's Ray node as where the attempt ran (it is no actor: ``actorName`` is empty).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from eth_account import Account
+from pydantic import SecretStr
+
+from marketplace.actors.job_worker import location
+from marketplace.config import Settings
+from marketplace.devnet.anvil import AnvilProcess
+from marketplace.devnet.deploy import DEV_VERIFIER_PRIVATE_KEY, Deployment
+from marketplace.jobs.worker import JobWorker
+from marketplace.storage.pool import create_pool
+from marketplace.verifier.execution import VERIFIER_QUEUE
+from tests.api.projects import seed
+from tests.api.records.conftest import (
+    AppFactory,
+    Party,
+    client,
+    db,
+    error_code,
+    linked_party,
+    make_client,
+    random_address,
+    seed_project,
+)
+from tests.conftest import Servers, make_settings
+from tests.support.chain import start_devnet, web3_for
+
+__all__ = [
+    "AppFactory",
+    "Party",
+    "client",
+    "db",
+    "error_code",
+    "linked_party",
+    "make_client",
+    "random_address",
+    "seed",
+    "seed_project",
+]
+
+VERIFIER_KEY = DEV_VERIFIER_PRIVATE_KEY
+SIGNER = Account.from_key(VERIFIER_KEY).address
+JOBS = "/v1/verifier/jobs"
+
+
+@dataclass(frozen=True)
+class Devnet:
+    process: AnvilProcess
+    deployment: Deployment
+
+    @property
+    def rpc_url(self) -> str:
+        return self.process.rpc_url
+
+    def latest_block_time(self) -> int:
+        return int(web3_for(self.rpc_url).eth.get_block("latest")["timestamp"])
+
+
+@pytest.fixture(scope="package")
+def devnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Devnet]:
+    """One anvil with the reference contracts for the package: jobs only read the chain
+    (``eth_getCode``, ``isNonceUsed``, the latest block), so tests need no snapshots."""
+    with start_devnet(tmp_path_factory.mktemp("verifier-anvil"), silent=True) as (proc, dep):
+        yield Devnet(proc, dep)
+
+
+def closed_port_url() -> str:
+    """An RPC URL nobody listens on (the port was free a moment ago)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def verifier_overrides(devnet: Devnet, **extra: Any) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "chain_rpc_url": devnet.rpc_url,
+        "chain_id": devnet.deployment.chain_id,
+        "registry_address": devnet.deployment.registry,
+        "indexer_enabled": False,
+        "verifier_private_key": SecretStr(VERIFIER_KEY),
+        "verifier_allow_private_hosts": True,
+        "jobs_poll_interval_ms": 50,
+        "jobs_backoff_base_seconds": 0.05,
+        "jobs_backoff_cap_seconds": 0.2,
+    }
+    values.update(extra)
+    return values
+
+
+@pytest.fixture
+async def vclient(make_client: AppFactory, devnet: Devnet) -> Any:
+    """A client of an app that can sign attestations on the devnet."""
+    return await make_client(**verifier_overrides(devnet))
+
+
+@pytest.fixture
+def worker_settings(servers: Servers, devnet: Devnet) -> Callable[..., Settings]:
+    def build(**extra: Any) -> Settings:
+        return make_settings(servers, **verifier_overrides(devnet, **extra))
+
+    return build
+
+
+class LongestBackoff(random.Random):
+    """Every retry waits the backoff's ceiling (no jitter), so a test knows when it falls due."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+@contextlib.asynccontextmanager
+async def verifier_worker(
+    settings: Settings, *, rng: random.Random | None = None
+) -> AsyncIterator[JobWorker]:
+    """A `verifier` queue worker in the test's loop, with ``settings``."""
+    pool = await create_pool(settings.database_url, min_size=1, max_size=4)
+    worker = JobWorker(
+        VERIFIER_QUEUE,
+        pool,
+        settings,
+        owner=f"test-verifier-{uuid.uuid4().hex[:8]}",
+        rng=rng,
+        location=location(),
+    )
+    task = asyncio.create_task(worker.run())
+    try:
+        yield worker
+    finally:
+        await worker.stop(grace_seconds=0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await pool.close()
+
+
+def job_body(project: str, **values: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "projectAddress": project,
+        "milestoneIndex": 0,
+        "checkPolicyId": "address-smoke",
+        "deliveryRef": random_address(),
+        "chainId": 31337,
+    }
+    body.update(values)
+    return body
+
+
+async def create_job(client: Any, headers: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+    resp = await client.post(JOBS, json=body, headers=headers)
+    assert resp.status == 202, await resp.text()
+    return dict(await resp.json())
+
+
+async def get_job(client: Any, headers: dict[str, str], job_id: str) -> dict[str, Any]:
+    resp = await client.get(f"{JOBS}/{job_id}", headers=headers)
+    assert resp.status == 200, await resp.text()
+    return dict(await resp.json())
+
+
+async def wait_for(
+    read: Callable[[], Awaitable[dict[str, Any]]],
+    done: Callable[[dict[str, Any]], bool],
+    what: str,
+    within: float = 30.0,
+) -> dict[str, Any]:
+    deadline = time.monotonic() + within
+    while True:
+        value = await read()
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; last: {value}")
+        await asyncio.sleep(0.05)
+
+
+async def wait_status(
+    client: Any, headers: dict[str, str], job_id: str, *statuses: str, within: float = 30.0
+) -> dict[str, Any]:
+    return await wait_for(
+        lambda: get_job(client, headers, job_id),
+        lambda job: job["status"] in statuses,
+        f"job {job_id} to be {'/'.join(statuses)}",
+        within,
+    )
+
+
+async def project_with_parties(
+    client: Any, db: Any, *, milestones: int = 0, **values: Any
+) -> tuple[str, Party, Party]:
+    """An indexed open project (owner and selected worker linked through the API) with
+    ``milestones`` rows in the milestone read model."""
+    owner, worker = await linked_party(client), await linked_party(client)
+    project = await seed_project(
+        db, owner_address=owner.lower, selected_builder_address=worker.lower, **values
+    )
+    for index in range(milestones):
+        await seed.milestone(db, project, index)
+    return project, owner, worker

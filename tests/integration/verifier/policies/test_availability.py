@@ -1,0 +1,62 @@
+"""Which policies a node offers follows the tools it really has (probed by running them)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from marketplace.verifier.policies import available_policies, run_policy
+from marketplace.verifier.policies.tooling import FORGE_BIN_ENV, SOLC_BIN_ENV, probe
+from marketplace.verifier.policy import PolicyId, TransientPolicyError
+from tests.support.verifier_fixtures import context, local_settings
+
+ALWAYS = [PolicyId.ADDRESS_SMOKE, PolicyId.FIGMA_REF, PolicyId.SCREENSHOT_REF]
+
+
+@pytest.fixture
+def fresh_probe(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """The probe is cached per process: clear it around a test that changes the tools."""
+    monkeypatch.delenv(SOLC_BIN_ENV, raising=False)
+    probe.cache_clear()
+    try:
+        yield monkeypatch
+    finally:
+        monkeypatch.undo()
+        probe.cache_clear()
+
+
+def test_this_node_offers_what_it_has() -> None:
+    tools = probe()
+    offered = available_policies(local_settings())
+    assert offered == [pid for pid in PolicyId if pid in offered]  # enum order
+    assert (PolicyId.GITHUB_REF in offered) == (tools.git is not None)
+    assert (PolicyId.NPM_TEST in offered) == (tools.npm is not None and tools.git is not None)
+    assert (PolicyId.CARGO_TEST in offered) == (tools.cargo is not None and tools.git is not None)
+    # forge alone is not enough: it needs a native solc, and may not download one.
+    assert (PolicyId.FORGE_TEST in offered) == (tools.forge is not None and tools.solc is not None)
+    assert set(ALWAYS) <= set(offered)
+
+
+async def test_no_tools_on_path(fresh_probe: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fresh_probe.delenv(FORGE_BIN_ENV, raising=False)
+    fresh_probe.setenv("PATH", str(tmp_path))
+    assert available_policies(local_settings()) == ALWAYS
+    # A job that reaches such a node is retried elsewhere, never passed unchecked.
+    for policy in (PolicyId.NPM_TEST, PolicyId.FORGE_TEST, PolicyId.GITHUB_REF):
+        with pytest.raises(TransientPolicyError):
+            await run_policy(policy, "acme/widget@main", context(tmp_path, local_settings()))
+
+
+def test_forge_needs_a_solc(fresh_probe: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """forge alone is not offered: without node (for the solcjs shim) and without a native
+    solc there is no compiler it may use, and it may not download one."""
+    forge = probe().forge
+    assert forge is not None, "forge is installed by scripts/setup (package.json)"
+    probe.cache_clear()
+    fresh_probe.setenv(FORGE_BIN_ENV, forge)
+    fresh_probe.setenv("PATH", str(tmp_path))
+    tools = probe()
+    assert tools.forge == forge and tools.solc is None
+    assert PolicyId.FORGE_TEST not in available_policies(local_settings())
