@@ -33,12 +33,7 @@ from tests.conftest import Servers, reset_state
 from tests.contracts.helpers import Chain
 from tests.support.chain import chain_settings, indexer_config, reverting_chain, start_devnet
 from tests.support.chain import sync as sync_engine
-
-# A 1x1 transparent PNG.
-PNG_1X1 = bytes.fromhex(
-    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-    "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
-)
+from tests.support.verifier_fixtures import PNG_1X1
 
 
 @dataclass(frozen=True)

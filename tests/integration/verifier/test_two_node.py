@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,6 +49,7 @@ from tests.integration.verifier.conftest import (
     verifier_settings,
     wait_completed,
 )
+from tests.support.verifier_fixtures import free_port
 
 RAY = str(Path(sys.executable).with_name("ray"))
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -59,15 +59,9 @@ POOL_SIZE = 4
 JOBS = 12
 
 
-def free_port() -> int:
-    # From the kernel's ephemeral range: outside Ray's default worker ports (10002-19999),
-    # which a GCS port must not fall into.
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def node_ports() -> list[str]:
+    # free_port() draws from the kernel's ephemeral range: outside Ray's default worker ports
+    # (10002-19999), which the GCS port must not fall into.
     return [
         f"--node-manager-port={free_port()}",
         f"--object-manager-port={free_port()}",
