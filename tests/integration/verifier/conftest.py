@@ -1,0 +1,200 @@
+"""Verifier jobs against real components: an anvil devnet with the reference contracts (the
+registry that trusts the dev verifier key), projects created and disputed on it and indexed into
+the read model, jobs accepted by ``marketplace.verifier.jobs.accept`` and run by the ``verifier``
+queue's workers (in process or as Ray actors), and a local HTTP server whose answers are slow on
+purpose (so a worker can be killed while a job runs)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+import pytest
+from aiohttp import web
+from pydantic import SecretStr
+
+from marketplace.chain.rpc import JsonRpcClient
+from marketplace.config import Settings
+from marketplace.devnet.anvil import AnvilProcess
+from marketplace.devnet.deploy import DEV_VERIFIER_PRIVATE_KEY, Deployment
+from marketplace.indexer.engine import IndexerEngine
+from marketplace.storage.pool import create_pool
+from marketplace.storage.repositories import verifier_jobs as repo
+from marketplace.verifier import jobs
+from marketplace.verifier.models import VerifierJobCreateRequest
+from marketplace.verifier.policies import available_policies
+from marketplace.verifier.policy import PolicyId
+from tests.conftest import Servers, reset_state
+from tests.contracts.helpers import Chain
+from tests.support.chain import chain_settings, indexer_config, reverting_chain, start_devnet
+from tests.support.chain import sync as sync_engine
+from tests.support.verifier_fixtures import PNG_1X1
+
+
+@dataclass(frozen=True)
+class Devnet:
+    process: AnvilProcess
+    deployment: Deployment
+
+
+@pytest.fixture(scope="module")
+def devnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Devnet]:
+    with start_devnet(tmp_path_factory.mktemp("verifier-anvil"), silent=True) as (
+        process,
+        deployment,
+    ):
+        yield Devnet(process, deployment)
+
+
+@pytest.fixture
+def chain(devnet: Devnet) -> Iterator[Chain]:
+    with reverting_chain(devnet.process.rpc_url, devnet.deployment) as driver:
+        yield driver
+
+
+def verifier_settings(servers: Servers, devnet: Devnet, namespace: str, **extra: Any) -> Settings:
+    """Settings of a deployment whose verifier signs with the devnet's dev verifier key. Only the
+    ``verifier`` queue's workers are allowed (make_settings turns them off for other tests)."""
+    values: dict[str, Any] = {
+        "verifier_private_key": SecretStr(DEV_VERIFIER_PRIVATE_KEY),
+        "jobs_workers": {"notifications": 0},
+        "jobs_poll_interval_ms": 200,
+        "jobs_backoff_base_seconds": 0.05,
+        "jobs_backoff_cap_seconds": 0.2,
+    }
+    values.update(extra)
+    return chain_settings(servers, devnet.process, devnet.deployment, namespace, **values)
+
+
+@pytest.fixture
+async def pool(servers: Servers) -> AsyncIterator[asyncpg.Pool]:
+    await reset_state(servers)
+    pool = await create_pool(servers.database_url, min_size=1, max_size=8)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+async def engine(devnet: Devnet, pool: asyncpg.Pool) -> AsyncIterator[IndexerEngine]:
+    rpc = JsonRpcClient(devnet.process.rpc_url)
+    yield IndexerEngine(indexer_config(devnet.process, devnet.deployment), pool, rpc)
+    await rpc.close()
+
+
+async def indexed_project(chain: Chain, engine: IndexerEngine) -> str:
+    """A standard project in Building (``a.worker`` selected), indexed; its lower-case address."""
+    project = chain.building()
+    await sync_engine(engine)
+    return str(project.address).lower()
+
+
+async def verifier_admin(pool: asyncpg.Pool) -> uuid.UUID:
+    user_id = uuid.uuid4()
+    await pool.execute(
+        "INSERT INTO users (user_id, email_verified, verifier_admin) VALUES ($1, true, true)",
+        user_id,
+    )
+    return user_id
+
+
+async def request_jobs(
+    pool: asyncpg.Pool,
+    settings: Settings,
+    user_id: uuid.UUID,
+    project: str,
+    policy: PolicyId,
+    refs: list[str],
+) -> list[uuid.UUID]:
+    """Accept one job per ``deliveryRef`` for milestone 0, as the API would."""
+    ids = []
+    for ref in refs:
+        job_id, accepted = await jobs.accept(
+            pool,
+            settings,
+            user_id=user_id,
+            request=VerifierJobCreateRequest(
+                projectAddress=project,
+                milestoneIndex=0,
+                checkPolicyId=policy,
+                deliveryRef=ref,
+                chainId=settings.chain_id,
+            ),
+            available=available_policies(settings),
+            signing_ready=True,
+        )
+        assert accepted.status == "queued"
+        ids.append(job_id)
+    return ids
+
+
+async def wait_for(
+    predicate: Callable[[], Awaitable[Any]], limit_s: float, what: str, *, step: float = 0.1
+) -> None:
+    started = time.monotonic()
+    while time.monotonic() - started < limit_s:
+        if await predicate():
+            return
+        await asyncio.sleep(step)
+    raise AssertionError(f"{what}: not within {limit_s} s")
+
+
+async def wait_completed(
+    pool: asyncpg.Pool, job_ids: list[uuid.UUID], limit_s: float
+) -> list[asyncpg.Record]:
+    async def done() -> bool:
+        rows = [await repo.get(pool, job_id) for job_id in job_ids]
+        failed = [r for r in rows if r is not None and r["status"] == "failed"]
+        assert not failed, [(r["id"], r["error"]) for r in failed]
+        return all(r is not None and r["status"] == "completed" for r in rows)
+
+    await wait_for(done, limit_s, f"{len(job_ids)} verifier jobs completed", step=0.2)
+    rows = [await repo.get(pool, job_id) for job_id in job_ids]
+    return [r for r in rows if r is not None]
+
+
+@dataclass
+class SlowImages:
+    """A local HTTP server answering ``GET /<name>.png`` with a PNG after ``delay`` seconds; it
+    counts the requests it is answering at once, the most ever, and every arrival."""
+
+    delay: float
+    url: str = ""
+    in_flight: int = 0
+    most: int = 0
+    arrivals: list[tuple[str, float]] = field(default_factory=list)
+
+    def ref(self, name: str) -> str:
+        return f"{self.url}/{name}.png"
+
+    def arrived(self, name: str) -> int:
+        return sum(1 for n, _ in self.arrivals if n == name)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.arrivals.append((request.match_info["name"], time.time()))
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        try:
+            await asyncio.sleep(self.delay)
+        finally:
+            self.in_flight -= 1
+        return web.Response(body=PNG_1X1, content_type="image/png")
+
+
+@pytest.fixture
+async def slow_images() -> AsyncIterator[SlowImages]:
+    server = SlowImages(delay=3.0)
+    app = web.Application()
+    app.router.add_get("/{name}.png", server.handle)
+    runner = web.AppRunner(app, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    server.url = f"http://127.0.0.1:{port}"
+    yield server
+    await runner.cleanup()

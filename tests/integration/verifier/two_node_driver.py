@@ -1,0 +1,67 @@
+"""The driver of the two-node test, in a process of its own (the test process is already
+connected to the suite's single-node Ray runtime, and a process joins one Ray cluster only).
+
+Run as ``python -m tests.integration.verifier.two_node_driver`` from the repository root, with
+the actors' settings as JSON on stdin (``settings_for_actor``, ``ray_address`` the head). It
+connects through :class:`ActorRuntime` as a frontend does, waits for both nodes, starts the
+verifier pool (named, detached actors: they outlive this process, until the nodes stop) and
+waits until every worker listens; it prints one JSON line: the nodes' ids and the workers'
+states.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+import ray
+
+from marketplace.actors.job_worker import JobWorkers
+from marketplace.actors.runtime import ActorRuntime
+from marketplace.config import Settings
+from marketplace.errors import ServiceUnavailable
+from marketplace.jobs import JobRegistry
+from marketplace.verifier.execution import VERIFIER_QUEUE
+
+WAIT_SECONDS = 60.0
+
+
+async def start_pool(settings: Settings) -> dict[str, Any]:
+    runtime = ActorRuntime(settings, database_url=settings.database_url)
+    runtime.connect()
+    deadline = time.monotonic() + WAIT_SECONDS
+    while len([n for n in ray.nodes() if n["Alive"]]) < 2:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only these nodes joined: {ray.nodes()}")
+        await asyncio.sleep(0.2)
+    workers = JobWorkers(runtime, JobRegistry([VERIFIER_QUEUE]))
+    size = workers.start()
+    while True:
+        try:
+            states = await workers.status_all()
+            if len(states) == size and all(s["listening"] for s in states):
+                break
+        except ServiceUnavailable:
+            pass  # an actor process still starting
+        if time.monotonic() > deadline:
+            raise SystemExit("the verifier workers did not start")
+        await asyncio.sleep(0.2)
+    nodes = [
+        {"nodeId": n["NodeID"], "address": n["NodeManagerAddress"], "resources": n["Resources"]}
+        for n in ray.nodes()
+        if n["Alive"]
+    ]
+    return {"nodes": nodes, "workers": states}
+
+
+def main() -> None:
+    settings = Settings(**json.load(sys.stdin))
+    report = asyncio.run(start_pool(settings))
+    print(json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()
