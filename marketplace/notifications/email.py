@@ -17,8 +17,8 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from email.headerregistry import Address
 from email import quoprimime
+from email.headerregistry import Address
 from email.message import EmailMessage
 from email.utils import format_datetime, getaddresses, make_msgid
 from urllib.parse import urlsplit

@@ -68,16 +68,16 @@ def _error_text(exc: BaseException) -> str:
 
 
 async def load(ctx: JobContext) -> DeliveryToSend | None:
-    """The delivery the job names, if it is still to be sent."""
+    """The delivery the job names, if it is still to be sent (one query)."""
     payload = ctx.payload
-    row = await repo.delivery(ctx.pool, uuid.UUID(payload["deliveryId"]))
+    preview_id = payload.get("previewMessageId")
+    row = await repo.delivery_to_send(
+        ctx.pool,
+        uuid.UUID(payload["deliveryId"]),
+        uuid.UUID(preview_id) if preview_id else None,
+    )
     if row is None or row["status"] != DeliveryStatus.QUEUED or not row["email"]:
         return None
-    preview = None
-    if message_id := payload.get("previewMessageId"):
-        message = await repo.message_body(ctx.pool, uuid.UUID(message_id))
-        if message is not None and message[1] == "visible":
-            preview = message[0]
     return DeliveryToSend(
         id=row["id"],
         event_id=row["event_id"],
@@ -86,7 +86,7 @@ async def load(ctx: JobContext) -> DeliveryToSend | None:
         email=row["email"],
         subject=row["subject"],
         link_path=str(payload.get("linkPath") or "/"),
-        preview=preview,
+        preview=row["preview"],
         attempt=ctx.job.attempt,
     )
 
