@@ -72,6 +72,9 @@ def make_preview(body: str, chars: int) -> str | None:
     return line if len(line) <= chars else line[:chars].rstrip() + ELLIPSIS
 
 
+# Pure and called per message with the same few URLs and addresses (a thread's link, a user's
+# unsubscribe link and address): remembered, as parsing them is a good part of a message's cost.
+@functools.lru_cache(maxsize=4096)
 def check_url(url: str) -> str:
     """``url`` if it is an absolute http(s) URL fit for a header and an ``href``."""
     parts = urlsplit(url)
@@ -86,6 +89,7 @@ def check_url(url: str) -> str:
     return url
 
 
+@functools.lru_cache(maxsize=4096)
 def check_address(address: str) -> str:
     """A bare ``user@domain`` address (no display name, no control characters)."""
     if _CONTROL.search(address):
@@ -99,6 +103,7 @@ def check_address(address: str) -> str:
     return parsed.addr_spec
 
 
+@functools.lru_cache(maxsize=16)
 def check_mail_from(value: str) -> str:
     """A ``Name <user@domain>`` or bare sender address, as MARKETPLACE_MAIL_FROM takes it."""
     if _CONTROL.search(value):
@@ -317,7 +322,7 @@ def _subject_value(subject: str) -> str:
     return "\r\n ".join(words)
 
 
-def _word(data: bytes) -> str:
+def _word(data: bytes | bytearray) -> str:
     return f"=?utf-8?b?{base64.b64encode(data).decode('ascii')}?="
 
 
