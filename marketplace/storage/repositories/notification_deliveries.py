@@ -97,10 +97,13 @@ SELECT d.id, d.event_id, d.event_type, d.recipient_user_id, d.status, d.subject,
            AS preview
 FROM notification_deliveries d WHERE d.id = $1
 """
-MARK_SENT = """
+# queued -> sent, as the effect of the sending job's completion (repositories.jobs.COMPLETE_WITH:
+# $1-$3 are the job's, $3 its attempt; the row changes only if the job completes).
+MARK_SENT_ON_COMPLETION = """
 UPDATE notification_deliveries
-SET status = 'sent', sent_at = now(), updated_at = now(), attempts = greatest(attempts, $2)
-WHERE id = $1 AND status = 'queued'
+SET status = 'sent', sent_at = now(), updated_at = now(), attempts = greatest(attempts, $3)
+WHERE id = $4 AND status = 'queued' AND EXISTS (SELECT 1 FROM completed)
+RETURNING id
 """
 RECORD_FAILURE = """
 UPDATE notification_deliveries
@@ -254,11 +257,6 @@ async def delivery_to_send(
     ``preview_message_id`` if it is still visible, else None."""
     row = await conn.fetchrow(SELECT_DELIVERY_TO_SEND, delivery_id, preview_message_id)
     return dict(row) if row is not None else None
-
-
-async def mark_sent(conn: Conn, delivery_id: uuid.UUID, attempt: int) -> bool:
-    """queued -> sent; False when the row was not queued (already final)."""
-    return str(await conn.execute(MARK_SENT, delivery_id, attempt)).endswith(" 1")
 
 
 async def record_failure(
