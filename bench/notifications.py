@@ -1,7 +1,7 @@
 """Notification e-mails: N direct messages through the real pipeline to a local SMTP server,
 against the same number of bare ``aiosmtplib`` sends from one process.
 
-Usage: ``.venv/bin/python bench/notifications.py [--events 5000] [--rate 200]`` (see
+Usage: ``.venv/bin/python bench/notifications.py [--events 5000] [--rate 300]`` (see
 bench/README.md, "Notifications"). Everything is local and loopback-only, in a temporary
 directory removed afterwards:
 
@@ -20,13 +20,14 @@ directory removed afterwards:
    transaction per batch), in two phases with their own recipients:
    ``burst``: all ``events`` as fast as four connections write them (deliveries per second: from
    the first event's ``created_at`` to the last ``sent_at``);
-   ``paced``: ``events`` at ``rate`` per second (the event -> ``sent`` latency of a pipeline
-   that is not behind);
+   ``paced``: ``paced-events`` (default: ``events``) at ``rate`` per second, by default the
+   target throughput of 300/s (the event -> ``sent`` latency at that throughput);
    for each delivery the time from its event's ``created_at`` to its ``sent_at`` (both from the
    database clock);
-5. ``baseline``: the same number of messages composed the same way (``smtp_sender.message_for``,
+5. ``baseline``: the same number of messages composed the same way (``smtp_sender.wire_for``,
    as the sender composes them: the same subjects, preview and unsubscribe link) and sent with
-   ``aiosmtplib.send`` (one connection per message, as the sender does) from this process with
+   bare ``aiosmtplib.send`` (one connection per message; the sender pools its connections) from
+   this process with
    ``baseline-concurrency`` sends in flight (default: as many as the app's workers run at
    once). Its latency is from the start of the run to each send's end (a burst, like ``burst``).
 
@@ -238,15 +239,14 @@ async def baseline(
     settings: Any, smtp_port: int, recipients: list[tuple[uuid.UUID, str]], concurrency: int
 ) -> tuple[list[float], int, float]:
     """Compose and send one message per recipient with bare ``aiosmtplib.send`` (one connection
-    per message, as the app's sender), ``concurrency`` in flight; (latency of each send from the
-    start, errors, wall seconds)."""
+    per message), ``concurrency`` in flight; (latency of each send from the start, errors, wall
+    seconds)."""
     import aiosmtplib
 
-    from marketplace.notifications.mailer import wire_format
     from marketplace.notifications.models import NotificationEventType
     from marketplace.notifications.recipients import thread_link
     from marketplace.notifications.sending import DeliveryToSend
-    from marketplace.notifications.smtp_sender import message_for
+    from marketplace.notifications.smtp_sender import wire_for
 
     latencies: list[float] = []
     errors = 0
@@ -266,10 +266,14 @@ async def baseline(
             preview=BODY,
             attempt=1,
         )
-        sender, rcpts, data = wire_format(message_for(settings, delivery))
+        message = wire_for(settings, delivery)
         try:
             await aiosmtplib.send(
-                data, sender=sender, recipients=rcpts, hostname="127.0.0.1", port=smtp_port
+                message.data,
+                sender=message.sender,
+                recipients=message.recipients,
+                hostname="127.0.0.1",
+                port=smtp_port,
             )
         except Exception:
             errors += 1
@@ -377,6 +381,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from marketplace.storage.migrations import migrate_dsn
     from marketplace.storage.pool import create_pool
 
+    paced_events = paced_count(args)
     data_dir = Path(tempfile.mkdtemp(prefix="mkt-bench-notify-", dir="/tmp"))
     os.chmod(data_dir, 0o755)
     postgres, redis_server = EmbeddedPostgres(data_dir), EmbeddedRedis(data_dir)
@@ -395,7 +400,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             senders = await seed_users(conn, SENDERS, "sender")
             warm = await seed_users(conn, WARMUP_EVENTS, "warm")
             burst_to = await seed_users(conn, recipients_per_phase, "burst")
-            paced_to = await seed_users(conn, math.ceil(args.paced_events / PER_RECIPIENT), "paced")
+            paced_to = await seed_users(conn, math.ceil(paced_events / PER_RECIPIENT), "paced")
             base_to = await seed_users(conn, recipients_per_phase, "base")
             await conn.execute("VACUUM ANALYZE users")
         finally:
@@ -454,12 +459,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "ours burst", pool, plan_dms(senders, burst_to, args.events), None, groups, within
             )
         ]
-        if args.paced_events:
+        if paced_events:
             phases.append(
                 await run_phase(
                     f"ours paced {args.rate:g}/s",
                     pool,
-                    plan_dms(senders, paced_to, args.paced_events),
+                    plan_dms(senders, paced_to, paced_events),
                     args.rate,
                     groups,
                     within,
@@ -525,6 +530,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
+def paced_count(args: argparse.Namespace) -> int:
+    return int(args.events if args.paced_events is None else args.paced_events)
+
+
 def print_table(phases: list[dict[str, Any]]) -> None:
     print(
         "| run | events | sent | other statuses | deliveries/s | p50 ms | p95 ms | p99 ms"
@@ -556,10 +565,16 @@ def main() -> None:
     serve.add_argument("--log-level", default="INFO")
     parser.add_argument("--events", type=int, default=5000, help="events per run")
     parser.add_argument(
-        "--rate", type=float, default=50.0, help="events per second of the paced run"
+        "--rate",
+        type=float,
+        default=300.0,
+        help="events per second of the paced run (default: the 300/s target)",
     )
     parser.add_argument(
-        "--paced-events", type=int, default=1000, help="events of the paced run (0: none)"
+        "--paced-events",
+        type=int,
+        default=None,
+        help="events of the paced run (default: --events; 0: none)",
     )
     parser.add_argument(
         "--baseline-concurrency",
@@ -592,7 +607,7 @@ def main() -> None:
         "settings": {
             "events": args.events,
             "paced_rate_per_s": args.rate,
-            "paced_events": args.paced_events,
+            "paced_events": paced_count(args),
             "dms_per_recipient": PER_RECIPIENT,
             "senders": SENDERS,
             "producers": PRODUCERS,

@@ -64,6 +64,31 @@ class JobContext:
             self.phase = "running"
             raise
 
+    async def complete_with(self, effect: str, *args: Any) -> int:
+        """The completion and one effect statement in a single statement: what
+        :meth:`completion` does with one statement in its block, in one round trip instead of
+        four. ``effect`` is a data-modifying statement with ``RETURNING``, its parameters from
+        ``$4`` (``args``), guarded by ``EXISTS (SELECT 1 FROM completed)`` so that it changes
+        nothing unless the job completes. Returns the rows the effect returned; raises
+        :class:`LeaseLost` (nothing changed) when this worker no longer holds the lease."""
+        if self.phase != "running":
+            raise RuntimeError("the job's completion may run only once")
+        if "EXISTS (SELECT 1 FROM completed)" not in effect:
+            raise ValueError("the effect must be guarded by EXISTS (SELECT 1 FROM completed)")
+        self.phase = "completing"
+        try:
+            total, rows = await repo.complete_with(
+                self.pool, self.job.id, self.lease_owner, self.job.attempt, effect, *args
+            )
+        except BaseException:
+            self.phase = "running"
+            raise
+        if total is None:
+            self.phase = "running"
+            raise LeaseLost(f"job {self.job.id}: lease of {self.lease_owner} lost")
+        self.phase = "completed"
+        return rows
+
     async def complete_alone(self) -> None:
         """Completion without effects: one autocommitted statement, no transaction."""
         if self.phase != "running":

@@ -121,15 +121,121 @@ async def send_message(
     tls_context: ssl.SSLContext | None = None,
 ) -> None:
     """Deliver ``message`` (envelope sender and recipients from its From/To/Cc/Bcc headers) over
-    one connection. ``tls_context`` replaces the default certificate checks (tests give one
-    trusting their own CA). Raises :class:`TransientMailError` or :class:`PermanentMailError`.
+    a connection of its own, closed afterwards. ``tls_context`` replaces the default certificate
+    checks (tests give one trusting their own CA). Raises :class:`TransientMailError` or
+    :class:`PermanentMailError`. Many messages to one server: :class:`SmtpPool`.
     """
-    sender, recipients, data = wire_format(message)
+    pool = SmtpPool(target, timeout, size=1, tls_context=tls_context)
     try:
-        await aiosmtplib.send(
-            data,
-            sender=sender,
-            recipients=recipients,
+        await pool.send(*wire_format(message))
+    finally:
+        await pool.close()
+
+
+class _DeadConnection(Exception):
+    """A pooled connection turned out closed before the server accepted any part of the message
+    (at MAIL or RCPT): the message can go on a fresh connection without risk of a duplicate."""
+
+
+@dataclass(eq=False)
+class _Connection:
+    smtp: aiosmtplib.SMTP
+    # Messages this connection carried; 0 while it is fresh.
+    used: int = 0
+    idle_timer: asyncio.TimerHandle | None = None
+
+
+class SmtpPool:
+    """Up to ``size`` SMTP connections to ``target``, each carrying one message at a time and
+    many in turn, made in one process and on one event loop.
+
+    A connection logs in (and upgrades with STARTTLS, when offered) once, when it is made. After
+    any failure it is closed, never reused. A connection found closed at MAIL or RCPT (the server
+    dropped an idle connection, for instance) costs nothing: the message goes out on a fresh
+    connection, once; from DATA on, a lost connection is reported, as the server may have taken
+    the message. A connection idle for ``idle_seconds`` is closed (QUIT). Failures are
+    classified as :func:`send_message`'s.
+    """
+
+    def __init__(
+        self,
+        target: SmtpTarget,
+        # Per SMTP command, as send_message's.
+        timeout: float,
+        *,
+        size: int,
+        idle_seconds: float = 15.0,
+        tls_context: ssl.SSLContext | None = None,
+    ) -> None:
+        if size < 1:
+            raise ValueError("an SMTP pool needs room for one connection")
+        self.target = target
+        self.timeout = timeout
+        self.size = size
+        self.idle_seconds = idle_seconds
+        self.tls_context = tls_context
+        self.loop = asyncio.get_running_loop()
+        self._slots = asyncio.Semaphore(size)
+        # Most recently used last: the next send takes the warmest connection.
+        self._idle: list[_Connection] = []
+        self._closing: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self.connections_made = 0
+
+    @property
+    def idle(self) -> int:
+        return len(self._idle)
+
+    async def send(self, sender: str, recipients: list[str], data: bytes) -> None:
+        """Deliver ``data`` from ``sender`` to ``recipients`` (message bytes with CRLF line
+        ends, as :func:`wire_format` gives them). Raises :class:`MailError`."""
+        if self._closed:
+            raise RuntimeError("the SMTP pool is closed")
+        async with self._slots:
+            try:
+                conn = self._take_idle()
+                if conn is not None:
+                    try:
+                        await self._transaction(conn, sender, recipients, data)
+                        return
+                    except _DeadConnection:
+                        self._discard(conn)
+                conn = await self._connect()
+                await self._transaction(conn, sender, recipients, data)
+            except _DeadConnection as dead:
+                raise classify(dead.__cause__ or dead, self.target) from None
+            except MailError:
+                raise
+            except Exception as exc:
+                raise classify(exc, self.target) from None
+
+    async def close(self) -> None:
+        """Close the idle connections (QUIT) and refuse further sends."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            if conn.idle_timer is not None:
+                conn.idle_timer.cancel()
+            self._quit_later(conn)
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+    # --- connections --------------------------------------------------------------------------
+
+    def _take_idle(self) -> _Connection | None:
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.idle_timer is not None:
+                conn.idle_timer.cancel()
+                conn.idle_timer = None
+            if conn.smtp.is_connected:
+                return conn
+            conn.smtp.close()  # the server closed it while it was idle
+        return None
+
+    async def _connect(self) -> _Connection:
+        target = self.target
+        smtp = aiosmtplib.SMTP(
             hostname=target.host,
             port=target.port,
             username=target.username,
@@ -137,11 +243,91 @@ async def send_message(
             use_tls=target.implicit_tls,
             # None: STARTTLS exactly when the server offers it (aiosmtplib's documented default).
             start_tls=False if target.implicit_tls else None,
-            timeout=timeout,
-            tls_context=tls_context,
+            timeout=self.timeout,
+            tls_context=self.tls_context,
         )
-    except Exception as exc:
-        raise classify(exc, target) from None
+        # Connects, upgrades with STARTTLS when offered and logs in; closes itself on failure.
+        await smtp.connect()
+        try:
+            if smtp.is_ehlo_or_helo_needed:
+                # Now rather than at the first MAIL, so every message states its SIZE. A server
+                # without ESMTP gets HELO, as aiosmtplib's own sendmail does it.
+                try:
+                    await smtp.ehlo()
+                except aiosmtplib.SMTPHeloError:
+                    if not smtp.is_connected:
+                        raise
+                    await smtp.helo()
+        except BaseException:
+            smtp.close()
+            raise
+        self.connections_made += 1
+        return _Connection(smtp)
+
+    async def _transaction(
+        self, conn: _Connection, sender: str, recipients: list[str], data: bytes
+    ) -> None:
+        """MAIL, RCPT for each recipient, DATA, as ``aiosmtplib.SMTP.sendmail`` does them (the
+        message goes out when one recipient at least is accepted), but knowing which step
+        failed. The connection goes back to the pool only when the message was accepted."""
+        smtp = conn.smtp
+        reused = conn.used > 0
+        try:
+            options = []
+            if smtp.supports_extension("size"):
+                options.append(f"SIZE={len(data)}")
+            try:
+                await smtp.mail(sender, options=options)
+                refused: list[aiosmtplib.SMTPRecipientRefused] = []
+                for recipient in recipients:
+                    try:
+                        await smtp.rcpt(recipient)
+                    except aiosmtplib.SMTPRecipientRefused as exc:
+                        refused.append(exc)
+            except (aiosmtplib.SMTPServerDisconnected, ConnectionError) as exc:
+                if reused:
+                    raise _DeadConnection() from exc
+                raise
+            if len(refused) == len(recipients):
+                raise aiosmtplib.SMTPRecipientsRefused(refused)
+            await smtp.data(data)
+        except BaseException:
+            self._discard(conn)
+            raise
+        conn.used += 1
+        self._give_back(conn)
+
+    def _give_back(self, conn: _Connection) -> None:
+        if self._closed or not conn.smtp.is_connected:
+            self._discard(conn)
+            return
+        conn.idle_timer = self.loop.call_later(self.idle_seconds, self._expire, conn)
+        self._idle.append(conn)
+
+    def _expire(self, conn: _Connection) -> None:
+        if conn in self._idle:
+            self._idle.remove(conn)
+            conn.idle_timer = None
+            self._quit_later(conn)
+
+    def _quit_later(self, conn: _Connection) -> None:
+        task = self.loop.create_task(self._quit(conn))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def _quit(self, conn: _Connection) -> None:
+        try:
+            await conn.smtp.quit(timeout=min(self.timeout, 5.0))
+        except Exception:
+            pass  # closing anyway: a server gone quiet or away changes nothing
+        finally:
+            conn.smtp.close()
+
+    def _discard(self, conn: _Connection) -> None:
+        if conn.idle_timer is not None:
+            conn.idle_timer.cancel()
+            conn.idle_timer = None
+        conn.smtp.close()
 
 
 def wire_format(message: EmailMessage) -> tuple[str, list[str], bytes]:

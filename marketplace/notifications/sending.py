@@ -68,16 +68,16 @@ def _error_text(exc: BaseException) -> str:
 
 
 async def load(ctx: JobContext) -> DeliveryToSend | None:
-    """The delivery the job names, if it is still to be sent."""
+    """The delivery the job names, if it is still to be sent (one query)."""
     payload = ctx.payload
-    row = await repo.delivery(ctx.pool, uuid.UUID(payload["deliveryId"]))
+    preview_id = payload.get("previewMessageId")
+    row = await repo.delivery_to_send(
+        ctx.pool,
+        uuid.UUID(payload["deliveryId"]),
+        uuid.UUID(preview_id) if preview_id else None,
+    )
     if row is None or row["status"] != DeliveryStatus.QUEUED or not row["email"]:
         return None
-    preview = None
-    if message_id := payload.get("previewMessageId"):
-        message = await repo.message_body(ctx.pool, uuid.UUID(message_id))
-        if message is not None and message[1] == "visible":
-            preview = message[0]
     return DeliveryToSend(
         id=row["id"],
         event_id=row["event_id"],
@@ -86,7 +86,7 @@ async def load(ctx: JobContext) -> DeliveryToSend | None:
         email=row["email"],
         subject=row["subject"],
         link_path=str(payload.get("linkPath") or "/"),
-        preview=preview,
+        preview=row["preview"],
         attempt=ctx.job.attempt,
     )
 
@@ -104,9 +104,11 @@ async def deliver(ctx: JobContext) -> None:
                 ctx.pool, delivery.id, ctx.job.attempt, _error_text(exc), final=final
             )
         raise
-    async with ctx.completion() as conn:
-        await repo.mark_sent(conn, delivery.id, ctx.job.attempt)
+    # Marked sent in the statement that completes the job (one round trip).
+    await ctx.complete_with(repo.MARK_SENT_ON_COMPLETION, delivery.id)
 
 
-# Sending is slow I/O (an SMTP conversation): many at once per worker, each bounded.
-NOTIFICATIONS_QUEUE = QueueSpec("notifications", deliver, timeout_seconds=60, concurrency=16)
+# Sending is slow I/O (an SMTP conversation): many at once per worker, each bounded. 32 rather
+# than 16: on the 2-core bench a burst went from ~176 to ~220 deliveries/s (same load), the
+# jobs' latency being waits on Postgres and the SMTP server, not this process's CPU.
+NOTIFICATIONS_QUEUE = QueueSpec("notifications", deliver, timeout_seconds=60, concurrency=32)

@@ -6,22 +6,35 @@ A 5xx answer fails the delivery at once (``PermanentJobError``); an unreachable 
 answer or a timeout raise and the job is retried with backoff, up to
 ``MARKETPLACE_NOTIFICATION_MAX_ATTEMPTS``. Every attempt sends the same ``Message-ID`` (made from
 the delivery id), so a receiver can tell a retried send from a new e-mail.
+
+Messages are written by :func:`~marketplace.notifications.email.render` and go out over a
+:class:`~marketplace.notifications.mailer.SmtpPool` per sender (one per worker process), as many
+connections as the queue runs jobs at once, each reused for message after message.
 """
 
 from __future__ import annotations
 
+import asyncio
 from email.message import EmailMessage
 
 from marketplace.config import Settings
 from marketplace.jobs import PermanentJobError
-from marketplace.notifications.email import EmailContent, compose, sender_domain
-from marketplace.notifications.mailer import PermanentMailError, send_message
+from marketplace.notifications.email import (
+    EmailContent,
+    WireMessage,
+    compose,
+    render,
+    sender_domain,
+)
+from marketplace.notifications.mailer import PermanentMailError, SmtpPool
 from marketplace.notifications.models import NotificationEventType
-from marketplace.notifications.sending import DeliveryToSend, Send
+from marketplace.notifications.sending import NOTIFICATIONS_QUEUE, DeliveryToSend, Send
 from marketplace.notifications.unsubscribe import public_base_url, unsubscribe_url
 
 # Seconds per SMTP command (connect, each reply).
 SMTP_COMMAND_TIMEOUT_SECONDS = 20.0
+# A pooled connection unused this long is closed (servers drop idle clients after 1-5 min).
+SMTP_IDLE_SECONDS = 15.0
 
 SUMMARIES = {
     NotificationEventType.BID_DRAFT: "A bid draft was submitted for your project.",
@@ -49,27 +62,49 @@ def content_for(settings: Settings, delivery: DeliveryToSend) -> EmailContent:
     )
 
 
+def message_id(settings: Settings, delivery: DeliveryToSend) -> str:
+    return f"<notification.{delivery.id}@{sender_domain(settings.mail_from)}>"
+
+
 def message_for(settings: Settings, delivery: DeliveryToSend) -> EmailMessage:
-    """The e-mail of ``delivery``, with the ``Message-ID`` made from its id."""
+    """The e-mail of ``delivery``, with the ``Message-ID`` made from its id, as an
+    ``EmailMessage`` (the reference layout; :func:`wire_for` is what is sent)."""
     message = compose(
         content_for(settings, delivery),
         mail_from=settings.mail_from,
         preview_chars=settings.notification_preview_chars,
     )
-    del message["Message-ID"]
-    message["Message-ID"] = f"<notification.{delivery.id}@{sender_domain(settings.mail_from)}>"
+    message.replace_header("Message-ID", message_id(settings, delivery))
     return message
+
+
+def wire_for(settings: Settings, delivery: DeliveryToSend) -> WireMessage:
+    """:func:`message_for`'s message as the bytes that go to the SMTP server."""
+    return render(
+        content_for(settings, delivery),
+        mail_from=settings.mail_from,
+        preview_chars=settings.notification_preview_chars,
+        message_id=message_id(settings, delivery),
+    )
 
 
 def smtp_sender(settings: Settings) -> Send:
     target = settings.smtp_target
+    size = NOTIFICATIONS_QUEUE.effective_concurrency(settings)
+    pool: SmtpPool | None = None
 
     async def send(delivery: DeliveryToSend) -> None:
+        nonlocal pool
         if target is None:
             raise PermanentJobError("no SMTP server is configured (MARKETPLACE_SMTP_URL)")
-        message = message_for(settings, delivery)
+        wire = wire_for(settings, delivery)
+        if pool is None or pool.loop is not asyncio.get_running_loop():
+            # Connections belong to one event loop: the worker's (a test may run several).
+            pool = SmtpPool(
+                target, SMTP_COMMAND_TIMEOUT_SECONDS, size=size, idle_seconds=SMTP_IDLE_SECONDS
+            )
         try:
-            await send_message(target, message, SMTP_COMMAND_TIMEOUT_SECONDS)
+            await pool.send(wire.sender, wire.recipients, wire.data)
         except PermanentMailError as exc:
             raise PermanentJobError(exc.description) from exc
 

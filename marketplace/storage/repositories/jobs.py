@@ -105,6 +105,22 @@ WHERE id = $1 AND lease_owner = $2 AND attempt_count = $3 AND status = 'running'
 RETURNING extract(epoch FROM now() - created_at)::float8 AS total_seconds
 """
 
+# COMPLETE and an effect in one statement (one round trip, atomic without BEGIN/COMMIT). The
+# effect is a data-modifying statement whose parameters start at $4; it must be guarded by
+# `EXISTS (SELECT 1 FROM completed)`, so it changes nothing when the lease is lost.
+COMPLETE_WITH = """
+WITH completed AS (
+    UPDATE jobs
+    SET status = 'completed', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
+    WHERE id = $1 AND lease_owner = $2 AND attempt_count = $3 AND status = 'running'
+    RETURNING extract(epoch FROM now() - created_at)::float8 AS total_seconds
+), effect AS (
+{effect}
+)
+SELECT (SELECT total_seconds FROM completed) AS total_seconds,
+       (SELECT count(*) FROM effect) AS effect_rows
+"""
+
 RETRY = """
 UPDATE jobs
 SET status = 'queued', next_attempt_at = now() + make_interval(secs => $5), last_error = $4,
@@ -239,6 +255,17 @@ async def complete(conn: Conn, job_id: int, owner: str, attempt: int) -> float |
     """Mark completed if ``owner`` holds the lease; the job's age in seconds, None if not."""
     total = await conn.fetchval(COMPLETE, job_id, owner, attempt)
     return None if total is None else float(total)
+
+
+async def complete_with(
+    conn: Conn, job_id: int, owner: str, attempt: int, effect: str, *args: Any
+) -> tuple[float | None, int]:
+    """:func:`complete` and ``effect`` (see ``COMPLETE_WITH``) in one statement: (the job's age
+    in seconds, None if ``owner`` lost the lease; rows the effect returned)."""
+    row = await conn.fetchrow(COMPLETE_WITH.format(effect=effect), job_id, owner, attempt, *args)
+    assert row is not None
+    total = row["total_seconds"]
+    return (None if total is None else float(total)), int(row["effect_rows"])
 
 
 async def retry(

@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import asyncpg
-
 from marketplace.storage.pool import Conn, Connection
 
 # "mkt_ntfy": one active notifications consumer among all frontends (the relay's pattern).
@@ -91,11 +89,21 @@ SELECT id, event_id, event_type, recipient_user_id, status, reason, attempts, la
        subject, email, job_id, created_at, sent_at
 FROM notification_deliveries WHERE id = $1
 """
-SELECT_MESSAGE_BODY = "SELECT body, body_status FROM messages WHERE id = $1"
-MARK_SENT = """
+# What the sending job needs, with the previewed message's text when it is still visible ($2 may
+# be null: no preview), in one round trip.
+SELECT_DELIVERY_TO_SEND = """
+SELECT d.id, d.event_id, d.event_type, d.recipient_user_id, d.status, d.subject, d.email,
+       (SELECT m.body FROM messages m WHERE m.id = $2 AND m.body_status = 'visible')
+           AS preview
+FROM notification_deliveries d WHERE d.id = $1
+"""
+# queued -> sent, as the effect of the sending job's completion (repositories.jobs.COMPLETE_WITH:
+# $1-$3 are the job's, $3 its attempt; the row changes only if the job completes).
+MARK_SENT_ON_COMPLETION = """
 UPDATE notification_deliveries
-SET status = 'sent', sent_at = now(), updated_at = now(), attempts = greatest(attempts, $2)
-WHERE id = $1 AND status = 'queued'
+SET status = 'sent', sent_at = now(), updated_at = now(), attempts = greatest(attempts, $3)
+WHERE id = $4 AND status = 'queued' AND EXISTS (SELECT 1 FROM completed)
+RETURNING id
 """
 RECORD_FAILURE = """
 UPDATE notification_deliveries
@@ -242,15 +250,13 @@ async def delivery(conn: Conn, delivery_id: uuid.UUID) -> dict[str, Any] | None:
     return dict(row) if row is not None else None
 
 
-async def message_body(conn: Conn, message_id: uuid.UUID) -> tuple[str, str] | None:
-    """(body, body_status) of a chat or direct message; None if it is gone."""
-    row: asyncpg.Record | None = await conn.fetchrow(SELECT_MESSAGE_BODY, message_id)
-    return (row["body"], row["body_status"]) if row is not None else None
-
-
-async def mark_sent(conn: Conn, delivery_id: uuid.UUID, attempt: int) -> bool:
-    """queued -> sent; False when the row was not queued (already final)."""
-    return str(await conn.execute(MARK_SENT, delivery_id, attempt)).endswith(" 1")
+async def delivery_to_send(
+    conn: Conn, delivery_id: uuid.UUID, preview_message_id: uuid.UUID | None
+) -> dict[str, Any] | None:
+    """The delivery's sending fields and ``preview``: the body of the message
+    ``preview_message_id`` if it is still visible, else None."""
+    row = await conn.fetchrow(SELECT_DELIVERY_TO_SEND, delivery_id, preview_message_id)
+    return dict(row) if row is not None else None
 
 
 async def record_failure(

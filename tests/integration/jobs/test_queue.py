@@ -223,6 +223,45 @@ async def test_an_expired_lease_is_taken_over_and_the_old_owner_cannot_complete(
     assert (row["status"], row["lease_owner"], row["last_error"]) == ("completed", None, None)
 
 
+EFFECT = """
+INSERT INTO job_test_effects (job_id, attempt, owner)
+SELECT $1, $3, $4 WHERE EXISTS (SELECT 1 FROM completed)
+RETURNING job_id
+"""
+
+
+async def test_complete_with_applies_its_effect_only_with_the_completion(
+    pool: asyncpg.Pool, servers: Servers
+) -> None:
+    """The one-statement completion: a stale owner changes nothing (LeaseLost), the lease
+    holder completes the job and applies the effect together."""
+    job_id = (await enqueue(pool, QUEUE, {})).job_id
+    [row_a] = await repo.claim(pool, QUEUE, "worker-a", 1, 30)
+    await pool.execute(
+        "UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", job_id
+    )
+    [row_b] = await repo.claim(pool, QUEUE, "worker-b", 1, 30)
+    settings = make_settings(servers)
+    stale = JobContext(job_from_row(row_a), pool, settings, "worker-a")
+    with pytest.raises(LeaseLost):
+        await stale.complete_with(EFFECT, "a")
+    assert stale.phase == "running"
+    assert await effects(pool) == {}
+    assert (await job_row(pool, job_id))["status"] == "running"
+
+    current = JobContext(job_from_row(row_b), pool, settings, "worker-b")
+    assert await current.complete_with(EFFECT, "b") == 1
+    assert current.phase == "completed"
+    assert await effects(pool) == {job_id: 2}
+    row = await job_row(pool, job_id)
+    assert (row["status"], row["lease_owner"]) == ("completed", None)
+    with pytest.raises(RuntimeError, match="only once"):
+        await current.complete_with(EFFECT, "b")
+    unguarded = JobContext(job_from_row(row_b), pool, settings, "worker-b")
+    with pytest.raises(ValueError, match="guarded"):
+        await unguarded.complete_with("DELETE FROM job_test_effects RETURNING job_id")
+
+
 async def test_an_attempt_that_outlived_its_lease_cannot_act_for_the_next_one(
     pool: asyncpg.Pool, servers: Servers
 ) -> None:
