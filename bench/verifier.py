@@ -114,7 +114,7 @@ INSERT INTO projects (
     selected_builder_address, milestone_count, bid_bond_usdc, allowlist, created_block,
     created_log_index, created_at, updated_at, snapshot_block)
 VALUES ($1, $2, $3, 'building', 'standard', 'open', '0x' || repeat('c', 64), NULL, 3, 100,
-        '{}'::text[], 1, 0, now(), now(), 1)
+        '{}'::text[], $4, 0, now(), now(), $4)
 """
 
 
@@ -140,7 +140,8 @@ async def seed(dsn: str) -> tuple[str, str]:
                 api_key_id=None,
                 trigger_route=None,
             )
-            await conn.execute(SEED_PROJECT, project, CHAIN_ID, wallet)
+            block = int(await conn.fetchval("SELECT count(*) FROM projects")) + 1
+            await conn.execute(SEED_PROJECT, project, CHAIN_ID, wallet, block)
     finally:
         await conn.close()
     token = issue_session_token(
