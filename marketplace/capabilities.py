@@ -251,6 +251,11 @@ CAPABILITIES: tuple[Capability, ...] = (
         produces=("category_tags.changed",),
     ),
     Capability(
+        name="agents",
+        summary="public agent profiles: wallets, project history, statistics, category rankings",
+        routes=(f"{ROUTES}.agents:routes",),
+    ),
+    Capability(
         name="devnet",
         summary="`marketplace devnet ...`: drive the local demo chain (never loaded by serve)",
         cli=(
