@@ -4,7 +4,9 @@ listed (``isActive: false``) and refuses it in new tags."""
 
 from __future__ import annotations
 
-from marketplace.errors import Conflict, InvalidRequest, NotFound
+from typing import ClassVar
+
+from marketplace.errors import InvalidRequest
 from marketplace.leaderboards.models import Category
 from marketplace.leaderboards.rules import (
     DESCRIPTION_MAX_LENGTH,
@@ -15,14 +17,23 @@ from marketplace.storage.pool import Conn
 from marketplace.storage.repositories import leaderboards as repo
 
 
-class CategoryExists(Conflict):
+class CategoryChangeRefused(Exception):
+    """An operator's change the CLI refuses (never an HTTP answer: no route changes categories,
+    so these codes are not in the API's error table)."""
+
+    code: ClassVar[str] = "category_change_refused"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class CategoryExists(CategoryChangeRefused):
     code = "category_exists"
-    default_message = "a category with this slug exists already"
 
 
-class CategoryNotFound(NotFound):
+class CategoryNotFound(CategoryChangeRefused):
     code = "category_not_found"
-    default_message = "no category has this slug"
 
 
 def _check_fields(

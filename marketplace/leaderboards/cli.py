@@ -71,7 +71,7 @@ def cmd_categories(args: argparse.Namespace) -> int:
         return 2
     try:
         result = asyncio.run(_run(dsn, args))
-    except MarketplaceError as exc:
+    except (MarketplaceError, categories.CategoryChangeRefused) as exc:
         print(json.dumps({"error": exc.code, "message": exc.message}), file=sys.stderr)
         return 1
     print(json.dumps(result))

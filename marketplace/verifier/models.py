@@ -38,8 +38,9 @@ class VerifierJobCreateRequest(RequestModel):
     deliveryRef: str = Field(
         min_length=1,
         max_length=DELIVERY_REF_MAX,
-        description="what the policy checks: an address, `OWNER/REPO@REF`, a URL "
-        "(docs/verifier.md)",
+        description="what the policy checks: an address (address-smoke), `OWNER/REPO@REF` or "
+        "`https://github.com/OWNER/REPO@REF` (github-ref and the test policies), a Figma or image "
+        "URL (figma-ref, screenshot-ref)",
     )
     chainId: int = Field(ge=1, description="must be the configured chain's (409 chain_mismatch)")
     nonce: int | None = Field(
@@ -78,7 +79,7 @@ class VerificationResult(ResponseModel):
     evidenceHash: Bytes32
     evidence: dict[str, Any] = Field(
         description="the facts the check established; `evidenceHash` is keccak256 of its "
-        "canonical JSON (docs/verifier.md)"
+        "UTF-8 canonical JSON (keys sorted, no whitespace, non-ASCII as itself, no floats)"
     )
     attestation: AttestationPayload
 

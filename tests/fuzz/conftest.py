@@ -29,12 +29,13 @@ import pytest
 from aiohttp import web
 from eth_account import Account
 from eth_account.messages import encode_defunct
+from pydantic import SecretStr
 from web3 import Web3
 from web3.types import RPCEndpoint
 
 from marketplace.config import Settings
 from marketplace.devnet.anvil import AnvilProcess
-from marketplace.devnet.deploy import Deployment, deploy_dev_defaults
+from marketplace.devnet.deploy import DEV_VERIFIER_PRIVATE_KEY, Deployment, deploy_dev_defaults
 from marketplace.http.server import JsonErrorsAppRunner
 from tests.api.records.conftest import seed_dispute, seed_project
 from tests.conftest import (
@@ -155,6 +156,8 @@ def live_app(
         chain_id=deployment.chain_id,
         registry_address=deployment.registry,
         chain_start_block=deployment.start_block,
+        # A deployment that signs attestations (without a key the verifier answers 503).
+        verifier_private_key=SecretStr(DEV_VERIFIER_PRIVATE_KEY),
         indexer_enabled=False,
         legal_acceptance_mode="strict",
         # One client sends thousands of requests a minute; the limiter still runs, it just

@@ -152,10 +152,10 @@ async def get_job(call: Call[None, None, JobPath]) -> VerifierJobRead:
     errors=(VerifierJobNotFound, NotVerifierJobParty, JobNotCompleted),
 )
 async def get_evidence(call: Call[None, None, JobPath]) -> VerifierEvidenceSummary:
-    """The facts the check established and their `evidenceHash` (keccak256 of the canonical JSON,
-    docs/verifier.md). For the creator, the project's parties and verifier admins (other viewers
-    of the job: 403 `not_verifier_job_party`); 409 `verifier_job_not_completed` before
-    completion."""
+    """The facts the check established and their `evidenceHash`: keccak256 of the UTF-8
+    canonical JSON (keys sorted, no whitespace, non-ASCII as itself, no floats). For the
+    creator, the project's parties and verifier admins (other viewers of the job: 403
+    `not_verifier_job_party`); 409 `verifier_job_not_completed` before completion."""
     principal = call.require_principal()
     row = await jobs.evidence_of(call.pool, principal.user_id, call.path.jobId)
     return VerifierEvidenceSummary(
