@@ -26,10 +26,10 @@ RECORD = """
     coalesce(v.attempt_count, j.attempt_count, 0) AS attempt_count,
     CASE WHEN v.status IS NULL AND j.status = 'queued' AND j.attempt_count > 0
          THEN j.next_attempt_at END AS next_attempt_at,
-    -- The failure's first line only: the queue keeps the innermost frames for operators, which
-    -- are no business of API clients.
+    -- The failure without the traceback frames the queue appends for operators (they are no
+    -- business of API clients): everything before the first `  File "...` line.
     CASE WHEN v.status IS NULL THEN
-        coalesce(split_part(j.last_error, E'\n', 1),
+        coalesce(split_part(j.last_error, E'\n  File "', 1),
                  CASE WHEN j.id IS NULL THEN 'the job record is gone' END)
     END AS error,
     greatest(v.updated_at, j.started_at, j.finished_at,
