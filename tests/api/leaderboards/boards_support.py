@@ -13,6 +13,7 @@ import asyncpg
 
 from marketplace.events.types import EventType, NewEvent
 from marketplace.leaderboards.boards import BoardsConsumer, ConsumerConfig, consume_all
+from marketplace.storage.pool import Connection
 from marketplace.storage.repositories import events as events_repo
 from tests.api.records.conftest import random_address, seed_project
 
@@ -101,7 +102,7 @@ def consumer(database_url: str) -> BoardsConsumer:
     return BoardsConsumer(database_url, ConsumerConfig(poll_interval=0.05, standby_interval=0.2))
 
 
-async def consume(db: asyncpg.Connection, database_url: str) -> int:
+async def consume(db: Connection, database_url: str) -> int:
     return await consume_all(consumer(database_url), db)
 
 

@@ -115,5 +115,5 @@ async def test_indexed_approvals_rank_workers_and_a_reorg_takes_one_back(
     await sync_engine(engine)
     assert await pool.fetchval("SELECT count(*) FROM events WHERE type = 'chain.reorg'") >= 1
     await consume_now(pool, servers)
-    rows = [(r["walletAddress"], r["totalPayoutUSDC"]) for r in (await board(client))["items"]]
-    assert rows == [(a.bidder2, "500"), (a.worker, "300")]
+    after = [(r["walletAddress"], r["totalPayoutUSDC"]) for r in (await board(client))["items"]]
+    assert after == [(a.bidder2, "500"), (a.worker, "300")]
