@@ -240,6 +240,7 @@ CAPABILITIES: tuple[Capability, ...] = (
             "their revisions, the boards and the outbox consumer keeping them current"
         ),
         routes=(f"{ROUTES}.leaderboards:routes",),
+        setup=(f"{ROUTES}.leaderboards:setup",),
         contexts=("marketplace.http.leaderboard_consumer:boards_consumer",),
         cli=(
             Command(

@@ -220,6 +220,8 @@ class Settings(BaseSettings):
     # A board is `stale` when its consumer is behind the outbox by more than this (or the
     # indexer is stale); also the board's `freshnessTargetMs`.
     leaderboard_freshness_target_ms: int = Field(default=60_000, ge=1)
+    # How long a frontend reuses the boards' freshness it computed (0: every request).
+    leaderboard_freshness_cache_ms: int = Field(default=1_000, ge=0, le=60_000)
 
     # --- verifier jobs; see docs/verifier.md ----------------------------------------------------
     # Ray actors running `verifier` jobs, one job at a time each, spread over the cluster's nodes.

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
+from aiohttp import web
+
+from marketplace.http import keys
 from marketplace.http.paths import ProjectMilestonePath
 from marketplace.http.routes.indexer_status import current_freshness
 from marketplace.http.routing import AuthMode, Call, RouteTable
@@ -29,8 +32,12 @@ from marketplace.leaderboards.models import (
     TagUpsertRequest,
 )
 from marketplace.records.errors import NotProjectOwner, ProjectNotFound, WalletNotLinked
+from marketplace.ttl_cache import TtlCache
 
 routes = RouteTable(tag="leaderboards")
+FRESHNESS_CACHE: web.AppKey[TtlCache[None, IndexerFreshnessStatus]] = web.AppKey(
+    "leaderboard_freshness", TtlCache
+)
 
 TAGS_PATH = "/v1/projects/{projectAddress}/milestones/{milestoneIndex}/category-tags"
 
@@ -169,7 +176,7 @@ async def get_leaderboard(call: Call[None, BoardQuery, None]) -> LeaderboardResp
     indexer itself is stale. Unknown slugs: 422 `unknown_category` naming them; a bad `sort`,
     `window`, `limit` or `cursor`: 400."""
     query = call.query
-    page, indexer, lag = await asyncio.gather(
+    page, freshness = await asyncio.gather(
         boards.board_page(
             call.pool,
             categories=boards.parse_categories(query.categories),
@@ -178,10 +185,25 @@ async def get_leaderboard(call: Call[None, BoardQuery, None]) -> LeaderboardResp
             limit=query.limit,
             cursor=query.cursor,
         ),
-        current_freshness(call.app),
-        boards.board_lag(call.pool),
+        board_freshness(call.app),
     )
-    target = call.settings.leaderboard_freshness_target_ms
+    items = [LeaderboardRow.from_board(row) for row in page.rows]
+    return LeaderboardResponse(
+        items=items, count=len(items), nextCursor=page.next_cursor, freshness=freshness
+    )
+
+
+async def board_freshness(app: web.Application) -> IndexerFreshnessStatus:
+    """The boards' freshness, computed at most once per
+    ``MARKETPLACE_LEADERBOARD_FRESHNESS_CACHE_MS`` in each frontend: it is the same for every
+    board and every caller, and costs two queries and a Redis read."""
+    cache = app[FRESHNESS_CACHE]
+    cached = cache.get(None)
+    if cached is not None:
+        return cached
+    settings = app[keys.SETTINGS]
+    indexer, lag = await asyncio.gather(current_freshness(app), boards.board_lag(app[keys.PG_POOL]))
+    target = settings.leaderboard_freshness_target_ms
     cursor = indexer.cursor
     freshness = IndexerFreshnessStatus(
         source=indexer.source,
@@ -190,7 +212,9 @@ async def get_leaderboard(call: Call[None, BoardQuery, None]) -> LeaderboardResp
         freshnessTargetMs=target,
         lastSuccessfulSyncAt=cursor["last_successful_sync_at"] if cursor is not None else None,
     )
-    items = [LeaderboardRow.from_board(row) for row in page.rows]
-    return LeaderboardResponse(
-        items=items, count=len(items), nextCursor=page.next_cursor, freshness=freshness
-    )
+    cache.put(None, freshness, settings.leaderboard_freshness_cache_ms / 1000)
+    return freshness
+
+
+def setup(app: web.Application) -> None:
+    app[FRESHNESS_CACHE] = TtlCache(1)

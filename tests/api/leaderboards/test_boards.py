@@ -395,3 +395,22 @@ async def test_the_consumer_in_the_app_keeps_the_board_current(
         assert await wallets(running) == [worker]
     finally:
         await db.close()
+
+
+async def test_each_frontend_reuses_its_freshness_for_the_cache_time(
+    make_client: apps.AppFactory, servers: Servers
+) -> None:
+    cached = await make_client(leaderboard_freshness_cache_ms=60_000)
+    db = await asyncpg.connect(servers.database_url)
+    try:
+        await fresh_indexer(db)
+        assert (await board(cached))["freshness"]["stale"] is False
+        (worker,) = addresses(1)
+        await worker_project(db, worker, [Done(5)])
+        await db.execute("UPDATE events SET created_at = now() - interval '61 seconds'")
+        # The board itself is read fresh; its freshness is the one computed a moment ago.
+        assert (await board(cached))["freshness"]["stale"] is False
+        uncached = await make_client()
+        assert (await board(uncached))["freshness"]["stale"] is True
+    finally:
+        await db.close()
