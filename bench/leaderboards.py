@@ -15,9 +15,9 @@ Read phase:
    VACUUM ANALYZE;
 2. a Ray head (the app connects to Ray at start-up) and two server processes kept alive for the
    whole phase: ``ours``, the real app (every middleware, the freshness lookups, pydantic
-   models); ``baseline``, a bare aiohttp app running the same page statement
-   (``leaderboard_boards.STANDINGS_PAGES`` / ``ENTRIES_PAGES``) on an identical pool and dumping
-   the rows with ``json.dumps``;
+   models); ``baseline``, a bare aiohttp app running the same page statement (the repository's
+   ``standings_page`` / ``entries_page``) on an identical pool and dumping the rows with
+   ``json.dumps``;
 3. per scenario, in alternating rounds, ``--concurrency`` connections for ``--duration`` seconds
    (bench/read_throughput.py's load generator). Target: p99 of ``?limit=100`` < 50 ms at c=16.
 
@@ -195,16 +195,20 @@ def serve_baseline(args: argparse.Namespace) -> None:
         limit = int(request.query.get("limit", "50"))
         wanted = [c for c in request.query.get("categories", "").split(",") if c]
         pool = request.app[pool_key]
+        # The repository's own functions: the same statements (and, for several categories,
+        # the same per-transaction planning setting) as the app.
         if len(wanted) <= 1:
-            rows = await pool.fetch(
-                boards_repo.STANDINGS_PAGES[("payout", False)],
-                wanted[0] if wanted else "*",
-                "all",
-                limit + 1,
+            rows = await boards_repo.standings_page(
+                pool,
+                category=wanted[0] if wanted else "*",
+                window="all",
+                sort="payout",
+                limit=limit + 1,
+                after=None,
             )
         else:
-            rows = await pool.fetch(
-                boards_repo.ENTRIES_PAGES[("payout", False)], wanted, None, limit + 1
+            rows = await boards_repo.entries_page(
+                pool, categories=wanted, window="all", sort="payout", limit=limit + 1, after=None
             )
         items = [dict(row) for row in rows[:limit]]
         body = {"items": items, "count": len(items), "nextCursor": None}

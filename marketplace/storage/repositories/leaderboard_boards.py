@@ -185,7 +185,8 @@ ORDER BY s.{column} DESC, s.wallet_address
 def _entries_page(column: str, sql_type: str, *, after: bool) -> str:
     """One page of a board of several categories aggregated from the entries ($1 categories,
     $2 window span or NULL, $3 limit; after a cursor also $4 value, $5 wallet): a milestone
-    tagged with several of them counts once."""
+    tagged with several of them counts once. Every wallet is aggregated (the rank needs them
+    all); the categories' union only for the page's rows."""
     keyset = (
         f"WHERE s.{column} < $4::{sql_type} "
         f"OR (s.{column} = $4::{sql_type} AND s.wallet_address > $5)"
@@ -193,33 +194,33 @@ def _entries_page(column: str, sql_type: str, *, after: bool) -> str:
         else ""
     )
     return f"""
-WITH e AS (
-    SELECT worker_wallet, project_address, payout_usdc, completed_at, categories
-    FROM leaderboard_entries
-    WHERE categories && $1::text[] AND ($2::interval IS NULL OR completed_at >= now() - $2)
-),
-agg AS (
+WITH agg AS (
     SELECT worker_wallet AS wallet_address, count(*)::integer AS completed_milestones,
            sum(payout_usdc) AS total_payout_usdc,
            count(DISTINCT project_address)::integer AS projects,
            max(completed_at) AS last_completed_at
-    FROM e GROUP BY worker_wallet
-),
-cu AS (
-    SELECT d.worker_wallet AS wallet_address,
-           array_agg(d.slug ORDER BY lc.sort_order NULLS LAST, d.slug) AS categories
-    FROM (SELECT DISTINCT e.worker_wallet, t.slug FROM e CROSS JOIN unnest(e.categories) t(slug)) d
-    LEFT JOIN leaderboard_categories lc ON lc.slug = d.slug
-    GROUP BY d.worker_wallet
+    FROM leaderboard_entries
+    WHERE categories && $1::text[] AND completed_at >= coalesce(now() - $2::interval, '-infinity')
+    GROUP BY worker_wallet
 ),
 ranked AS (
-    SELECT agg.wallet_address, agg.completed_milestones, agg.total_payout_usdc, agg.projects,
-           coalesce(cu.categories, '{{}}') AS categories, agg.last_completed_at,
-           row_number() OVER (ORDER BY agg.{column} DESC, agg.wallet_address) - 1 AS before
-    FROM agg LEFT JOIN cu USING (wallet_address)
-)
-SELECT {ROW_COLUMNS}, w.user_id, u.username, s.before
-FROM (SELECT * FROM ranked s {keyset} ORDER BY s.before LIMIT $3) s
+    SELECT agg.*, row_number() OVER (ORDER BY agg.{column} DESC, agg.wallet_address) - 1
+               AS before
+    FROM agg
+),
+page AS (SELECT * FROM ranked s {keyset} ORDER BY s.before LIMIT $3)
+SELECT s.wallet_address, s.completed_milestones, s.total_payout_usdc, s.projects,
+       coalesce(cu.categories, '{{}}') AS categories, s.last_completed_at, w.user_id, u.username,
+       s.before
+FROM page s
+LEFT JOIN LATERAL (
+    SELECT array_agg(d.slug ORDER BY lc.sort_order NULLS LAST, d.slug) AS categories
+    FROM (SELECT DISTINCT t.slug
+          FROM leaderboard_entries e CROSS JOIN unnest(e.categories) AS t(slug)
+          WHERE e.worker_wallet = s.wallet_address AND e.categories && $1::text[]
+            AND e.completed_at >= coalesce(now() - $2::interval, '-infinity')) d
+    LEFT JOIN leaderboard_categories lc ON lc.slug = d.slug
+) cu ON true
 {IDENTITY_JOIN.strip()}
 ORDER BY s.before
 """
@@ -240,6 +241,7 @@ WINDOW_INTERVALS: dict[str, timedelta | None] = {
     "90d": timedelta(days=90),
     "30d": timedelta(days=30),
 }
+FORCE_CUSTOM_PLAN = "SET LOCAL plan_cache_mode = force_custom_plan"
 SELECT_COUNTS = """
 SELECT (SELECT count(*) FROM leaderboard_entries) AS entries,
        (SELECT count(*) FROM leaderboard_standings) AS standings
@@ -361,10 +363,26 @@ async def entries_page(
     limit: int,
     after: tuple[object, str] | None,
 ) -> list[asyncpg.Record]:
-    """As :func:`standings_page` for a board of several categories, from the entries."""
+    """As :func:`standings_page` for a board of several categories, from the entries.
+
+    Planned for its parameters every time (``plan_cache_mode``, for this transaction only): the
+    generic plan PostgreSQL switches a prepared statement to after five executions cannot see
+    how many entries ``categories && $1`` selects and runs about five times slower
+    (bench/leaderboards.py)."""
     span = WINDOW_INTERVALS[window]
-    if after is None:
-        return await conn.fetch(ENTRIES_PAGES[(sort, False)], list(categories), span, limit)
-    return await conn.fetch(
-        ENTRIES_PAGES[(sort, True)], list(categories), span, limit, after[0], after[1]
-    )
+    sql = ENTRIES_PAGES[(sort, after is not None)]
+    arguments: list[object] = [list(categories), span, limit]
+    if after is not None:
+        arguments += [after[0], after[1]]
+    if isinstance(conn, asyncpg.Pool):
+        async with conn.acquire() as acquired:
+            return await _custom_plan_fetch(acquired, sql, arguments)
+    return await _custom_plan_fetch(conn, sql, arguments)
+
+
+async def _custom_plan_fetch(
+    conn: Connection, sql: str, arguments: Sequence[object]
+) -> list[asyncpg.Record]:
+    async with conn.transaction(readonly=True):
+        await conn.execute(FORCE_CUSTOM_PLAN)
+        return await conn.fetch(sql, *arguments)
