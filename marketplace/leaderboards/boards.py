@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -201,7 +202,7 @@ async def consume_all(consumer: BoardsConsumer, conn: Connection) -> int:
 class BoardRow:
     rank: int
     wallet_address: str
-    user_id: object | None
+    user_id: uuid.UUID | None
     username: str | None
     completed_milestones: int
     total_payout_usdc: str

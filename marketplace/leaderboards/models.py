@@ -218,7 +218,7 @@ class LeaderboardRow(ResponseModel):
         return cls(
             rank=row.rank,
             walletAddress=row.wallet_address,
-            userId=row.user_id,  # type: ignore[arg-type]
+            userId=row.user_id,
             username=row.username,
             completedMilestones=row.completed_milestones,
             totalPayoutUSDC=row.total_payout_usdc,

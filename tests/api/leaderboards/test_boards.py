@@ -22,6 +22,7 @@ from tests.api.leaderboards.boards_support import (
     Done,
     board,
     consume,
+    consumer,
     emit,
     entries,
     every_page,
@@ -414,3 +415,25 @@ async def test_each_frontend_reuses_its_freshness_for_the_cache_time(
         assert (await board(uncached))["freshness"]["stale"] is True
     finally:
         await db.close()
+
+
+async def test_one_consumer_is_active_among_several(
+    client: Any, db: asyncpg.Connection, servers: Servers
+) -> None:
+    first, second = consumer(servers.database_url), consumer(servers.database_url)
+    tasks = [asyncio.create_task(c.run()) for c in (first, second)]
+    try:
+        (worker,) = addresses(1)
+        await worker_project(db, worker, [Done(9)])
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if await wallets(client) == [worker]:
+                break
+            await asyncio.sleep(0.05)
+        assert await wallets(client) == [worker]
+        assert [first.active, second.active].count(True) == 1
+        assert first.events + second.events == 1
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
