@@ -11,7 +11,8 @@ standing of the wallets whose entries changed (the workers before and after). A 
 fails commits nothing and is read again; re-applying one is harmless, because each project is
 rebuilt from the current state. Between batches it moves the 90d/30d windows forward (about
 every :data:`WINDOW_REFRESH_SECONDS`): only the wallets with a milestone that left a window
-since the last refresh are re-aggregated.
+since the last refresh are re-aggregated; and it pauses :data:`COALESCE_SECONDS`, so the many
+small commits of a backfilling indexer arrive as one batch.
 
 Reads. A board of no category or one category is one index range of ``leaderboard_standings``
 (one index per sort); a board of several categories aggregates the entries tagged with any of
@@ -52,6 +53,7 @@ CONSUMED_TYPES: tuple[str, ...] = (
     EventType.CATEGORY_TAGS_CHANGED,
 )
 WINDOW_REFRESH_SECONDS = 60.0
+COALESCE_SECONDS = 0.25
 DEFAULT_BATCH_SIZE = 500
 ALL_CATEGORIES = "*"
 
@@ -142,6 +144,9 @@ class ConsumerConfig:
     standby_interval: float
     batch_size: int = DEFAULT_BATCH_SIZE
     window_refresh_seconds: float = WINDOW_REFRESH_SECONDS
+    # Pause after a round before looking for more events, so that a busy indexer's many small
+    # commits are applied as one batch (each project and wallet once) instead of one each.
+    coalesce_seconds: float = COALESCE_SECONDS
 
 
 class BoardsConsumer(OutboxLeader):
@@ -169,6 +174,8 @@ class BoardsConsumer(OutboxLeader):
         if loop.time() >= self._next_refresh:
             await refresh_windows(conn)
             self._next_refresh = loop.time() + self.config.window_refresh_seconds
+        # A commit notified meanwhile still wakes the wait that follows at once.
+        await asyncio.sleep(self.config.coalesce_seconds)
 
     async def consume_batch(self, conn: Connection) -> int:
         """Apply the next batch after the cursor in one transaction; the number of events read
