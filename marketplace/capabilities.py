@@ -237,9 +237,11 @@ CAPABILITIES: tuple[Capability, ...] = (
         name="leaderboards",
         summary=(
             "leaderboard categories, the owner's category tags of completed milestones and "
-            "their revisions (boards and agent profiles: not yet)"
+            "their revisions, the boards and the outbox consumer keeping them current"
         ),
         routes=(f"{ROUTES}.leaderboards:routes",),
+        setup=(f"{ROUTES}.leaderboards:setup",),
+        contexts=("marketplace.http.leaderboard_consumer:boards_consumer",),
         cli=(
             Command(
                 "categories",
@@ -247,8 +249,22 @@ CAPABILITIES: tuple[Capability, ...] = (
                 "marketplace.leaderboards.cli:configure",
                 parent="admin",
             ),
+            Command(
+                "leaderboards",
+                "rebuild the leaderboard boards (entries and standings) from scratch",
+                "marketplace.leaderboards.cli:configure_boards",
+                parent="admin",
+            ),
         ),
         produces=("category_tags.changed",),
+        # The types marketplace/leaderboards/boards.py rebuilds projects for (a test checks).
+        consumes=(
+            "project.created",
+            "project.changed",
+            "project.removed",
+            "chain.reorg",
+            "category_tags.changed",
+        ),
     ),
     Capability(
         name="agents",

@@ -73,18 +73,7 @@ class CursorKind:
         try:
             return self.decode(cursor)
         except MalformedCursor:
-            raise InvalidRequest(
-                "invalid query: query.cursor",
-                [
-                    {
-                        "location": "query",
-                        "field": "cursor",
-                        "message": "not a cursor issued by this service; pass `nextCursor` "
-                        "unchanged",
-                        "type": "value_error",
-                    }
-                ],
-            ) from None
+            raise invalid_cursor() from None
 
 
 def keyset_page(
@@ -96,3 +85,75 @@ def keyset_page(
     if len(rows) <= limit or not page:
         return page, None
     return page, kind.encode(*position_of(page[-1]))
+
+
+@dataclass(frozen=True)
+class TextCursorKind:
+    """Cursors whose parts are text, each matching its own pattern (``part_patterns``), for
+    positions that do not fit :class:`CursorKind`'s integers: a ``numeric(78, 0)`` sum (up to 78
+    digits) or a wallet address. Same encoding and the same forgery checks: the decoded text
+    must match the tag and every pattern exactly and re-encode to the same cursor. A pattern
+    must not match ``:`` (the separator)."""
+
+    tag: str
+    part_patterns: tuple[str, ...]
+    max_length: int = 300
+
+    def encode(self, *parts: str) -> str:
+        if len(parts) != len(self.part_patterns) or not all(
+            re.fullmatch(pattern, part) and ":" not in part
+            for part, pattern in zip(parts, self.part_patterns, strict=True)
+        ):
+            raise ValueError(f"cursor position out of range for {self.tag}: {parts}")
+        raw = ":".join([self.tag, *parts]).encode()
+        encoded = base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+        if len(encoded) > self.max_length:
+            raise ValueError(f"cursor too long for {self.tag}")
+        return encoded
+
+    def decode(self, cursor: str) -> tuple[str, ...]:
+        """The position a cursor points after; :class:`MalformedCursor` for anything else."""
+        if not cursor or len(cursor) > self.max_length or not cursor.isascii():
+            raise MalformedCursor("malformed cursor")
+        try:
+            text = base64.b64decode(
+                cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True
+            ).decode("ascii")
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            raise MalformedCursor("malformed cursor") from None
+        tag, *parts = text.split(":")
+        if (
+            tag != self.tag
+            or len(parts) != len(self.part_patterns)
+            or not all(
+                re.fullmatch(pattern, part)
+                for part, pattern in zip(parts, self.part_patterns, strict=True)
+            )
+        ):
+            raise MalformedCursor("malformed cursor")
+        if self.encode(*parts) != cursor:  # one spelling per position
+            raise MalformedCursor("malformed cursor: not canonical")
+        return tuple(parts)
+
+    def position(self, cursor: str | None) -> tuple[str, ...] | None:
+        """The query parameter ``cursor`` decoded, or 400 ``invalid_request`` naming it."""
+        if cursor is None:
+            return None
+        try:
+            return self.decode(cursor)
+        except MalformedCursor:
+            raise invalid_cursor() from None
+
+
+def invalid_cursor() -> InvalidRequest:
+    return InvalidRequest(
+        "invalid query: query.cursor",
+        [
+            {
+                "location": "query",
+                "field": "cursor",
+                "message": "not a cursor issued by this service; pass `nextCursor` unchanged",
+                "type": "value_error",
+            }
+        ],
+    )

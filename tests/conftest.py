@@ -106,6 +106,11 @@ def make_settings(servers: Servers, **overrides: Any) -> Settings:
         # The notifications consumer takes a database-wide lock and reads every test's events:
         # only the tests about it start one (tests/integration/notifications/).
         "notification_pipeline_enabled": False,
+        # Likewise the leaderboards consumer: its tests start one or drive it directly
+        # (tests/api/leaderboards/).
+        "leaderboard_consumer_enabled": False,
+        # Freshness as of each request: tests change the lag and read it back at once.
+        "leaderboard_freshness_cache_ms": 0,
         # Nor do apps start `notifications` or `verifier` job workers: detached, they would
         # outlive the app and run other tests' jobs with the settings they were created with
         # (sender, chain). Tests of those queues run a worker themselves.

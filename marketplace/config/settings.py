@@ -213,6 +213,16 @@ class Settings(BaseSettings):
     # `notifications` job handler sends each delivery with (resolved in the worker process).
     notification_sender: str = "marketplace.notifications.smtp_sender:smtp_sender"
 
+    # --- leaderboard boards; see docs/leaderboards.md ------------------------------------------
+    # Run the boards consumer (outbox -> entries and standings) in this frontend (one of all
+    # running consumers is active).
+    leaderboard_consumer_enabled: bool = True
+    # A board is `stale` when its consumer is behind the outbox by more than this (or the
+    # indexer is stale); also the board's `freshnessTargetMs`.
+    leaderboard_freshness_target_ms: int = Field(default=60_000, ge=1)
+    # How long a frontend reuses the boards' freshness it computed (0: every request).
+    leaderboard_freshness_cache_ms: int = Field(default=1_000, ge=0, le=60_000)
+
     # --- verifier jobs; see docs/verifier.md ----------------------------------------------------
     # Ray actors running `verifier` jobs, one job at a time each, spread over the cluster's nodes.
     verifier_pool_size: int = Field(default=2, ge=0, le=64)

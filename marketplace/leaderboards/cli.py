@@ -8,6 +8,8 @@
                                      [--sort-order <n>] [--active | --inactive]
     marketplace admin categories deactivate --slug <slug>
 
+    marketplace admin leaderboards rebuild
+
 Each prints JSON (``list``: ``{items, count}`` as ``GET /v1/leaderboard/categories`` answers;
 the others: the category after the change) and exits 0; a refused change prints
 ``{"error", "message"}`` on stderr and exits 1 (2 for a usage error or no database). The database
@@ -26,7 +28,7 @@ from typing import Any
 from marketplace.embedded.state import DATA_DIR_HELP
 from marketplace.errors import MarketplaceError
 from marketplace.identity.cli import admin_dsn
-from marketplace.leaderboards import categories
+from marketplace.leaderboards import boards, categories
 from marketplace.leaderboards.models import CategoryListResponse
 from marketplace.storage.pool import connect
 
@@ -104,3 +106,31 @@ def configure(group: argparse.ArgumentParser) -> None:
     state = update.add_mutually_exclusive_group()
     state.add_argument("--active", dest="active", action="store_const", const=True)
     state.add_argument("--inactive", dest="active", action="store_const", const=False)
+
+
+async def _rebuild(dsn: str) -> dict[str, Any]:
+    conn = await connect(dsn)
+    try:
+        entries, standings = await boards.rebuild(conn)
+        return {"entries": entries, "standings": standings}
+    finally:
+        await conn.close()
+
+
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    dsn = admin_dsn(args.data_dir)
+    if dsn is None:
+        return 2
+    print(json.dumps(asyncio.run(_rebuild(dsn))))
+    return 0
+
+
+def configure_boards(group: argparse.ArgumentParser) -> None:
+    """``marketplace admin leaderboards rebuild``: every board entry and standing from the read
+    model and the tags, in one transaction; prints ``{"entries", "standings"}``."""
+    actions = group.add_subparsers(dest="leaderboards_command", required=True)
+    rebuild = actions.add_parser(
+        "rebuild", help="rebuild every board entry and standing from scratch (one transaction)"
+    )
+    rebuild.add_argument("--data-dir", type=Path, help=DATA_DIR_HELP)
+    rebuild.set_defaults(func=cmd_rebuild)

@@ -8,6 +8,8 @@ from typing import Annotated, Self
 
 from pydantic import Field, field_validator
 
+from marketplace.indexer.health import FreshnessSource
+from marketplace.leaderboards.boards import BoardRow, BoardSort, BoardWindow
 from marketplace.leaderboards.rules import (
     DESCRIPTION_MAX_LENGTH,
     DISPLAY_NAME_MAX_LENGTH,
@@ -24,6 +26,7 @@ from marketplace.types import (
     QueryModel,
     RequestModel,
     ResponseModel,
+    Usdc,
 )
 
 Slug = Annotated[
@@ -167,3 +170,78 @@ class TagRevisionsResponse(ResponseModel):
     nextCursor: str | None = Field(
         description="pass as `cursor` for the next page; null on the last page"
     )
+
+
+# --- boards -------------------------------------------------------------------------------------
+
+BOARD_LIMIT_DEFAULT = 50
+BOARD_LIMIT_MAX = 100
+
+
+class BoardQuery(QueryModel):
+    categories: str | None = Field(
+        default=None,
+        max_length=1000,
+        description="comma-separated category slugs; omitted: every completed milestone",
+    )
+    sort: BoardSort = Field(default=BoardSort.PAYOUT, description="payout, milestones or recent")
+    window: BoardWindow = Field(
+        default=BoardWindow.ALL, description="all, 90d or 30d (by the milestone's completion)"
+    )
+    limit: int = Field(
+        default=BOARD_LIMIT_DEFAULT, ge=1, le=BOARD_LIMIT_MAX, description="page size"
+    )
+    cursor: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=300,
+        description="opaque `nextCursor` of the previous page (of the same sort)",
+    )
+
+
+class LeaderboardRow(ResponseModel):
+    """A worker wallet's standing: its completed milestones in the board's categories and
+    window. Names no project (invite-only projects count, unnamed)."""
+
+    rank: int = Field(ge=1)
+    walletAddress: Address
+    userId: uuid.UUID | None = Field(description="the user actively linked to the wallet")
+    username: str | None
+    completedMilestones: int = Field(ge=1)
+    totalPayoutUSDC: Usdc
+    projects: int = Field(ge=1)
+    categories: list[str] = Field(description="union of the counted milestones' tags")
+    lastCompletedAt: datetime
+
+    @classmethod
+    def from_board(cls, row: BoardRow) -> Self:
+        return cls(
+            rank=row.rank,
+            walletAddress=row.wallet_address,
+            userId=row.user_id,
+            username=row.username,
+            completedMilestones=row.completed_milestones,
+            totalPayoutUSDC=row.total_payout_usdc,
+            projects=row.projects,
+            categories=row.categories,
+            lastCompletedAt=row.last_completed_at,
+        )
+
+
+class IndexerFreshnessStatus(ResponseModel):
+    """The spec's freshness metadata of a board."""
+
+    source: FreshnessSource
+    indexedAt: datetime | None = Field(
+        default=None, description="time of the newest block the read model reflects"
+    )
+    stale: bool
+    freshnessTargetMs: int = Field(ge=1)
+    lastSuccessfulSyncAt: datetime | None = None
+
+
+class LeaderboardResponse(ResponseModel):
+    items: list[LeaderboardRow]
+    count: int = Field(ge=0)
+    nextCursor: str | None
+    freshness: IndexerFreshnessStatus

@@ -208,6 +208,37 @@ CREATE TABLE public.leaderboard_categories (
     CONSTRAINT leaderboard_categories_sort_order_check CHECK ((sort_order >= 1))
 );
 
+CREATE TABLE public.leaderboard_consumer_cursor (
+    singleton boolean DEFAULT true NOT NULL,
+    last_event_id bigint DEFAULT 0 NOT NULL,
+    windows_refreshed_at timestamp with time zone,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT leaderboard_consumer_cursor_last_event_id_check CHECK ((last_event_id >= 0)),
+    CONSTRAINT leaderboard_consumer_cursor_singleton_check CHECK (singleton)
+);
+
+CREATE TABLE public.leaderboard_entries (
+    project_address text NOT NULL,
+    milestone_index integer NOT NULL,
+    worker_wallet text NOT NULL,
+    payout_usdc numeric NOT NULL,
+    completed_at timestamp with time zone NOT NULL,
+    invite_only boolean NOT NULL,
+    categories text[] DEFAULT '{}'::text[] NOT NULL
+);
+
+CREATE TABLE public.leaderboard_standings (
+    category text NOT NULL,
+    time_window text NOT NULL,
+    wallet_address text NOT NULL,
+    completed_milestones integer NOT NULL,
+    total_payout_usdc numeric NOT NULL,
+    projects integer NOT NULL,
+    categories text[] NOT NULL,
+    last_completed_at timestamp with time zone NOT NULL,
+    CONSTRAINT leaderboard_standings_time_window_check CHECK ((time_window = ANY (ARRAY['all'::text, '90d'::text, '30d'::text])))
+);
+
 CREATE TABLE public.legal_acceptances (
     user_id uuid NOT NULL,
     document_type text NOT NULL,
@@ -718,6 +749,15 @@ ALTER TABLE ONLY public.jobs
 ALTER TABLE ONLY public.leaderboard_categories
     ADD CONSTRAINT leaderboard_categories_pkey PRIMARY KEY (slug);
 
+ALTER TABLE ONLY public.leaderboard_consumer_cursor
+    ADD CONSTRAINT leaderboard_consumer_cursor_pkey PRIMARY KEY (singleton);
+
+ALTER TABLE ONLY public.leaderboard_entries
+    ADD CONSTRAINT leaderboard_entries_pkey PRIMARY KEY (project_address, milestone_index);
+
+ALTER TABLE ONLY public.leaderboard_standings
+    ADD CONSTRAINT leaderboard_standings_pkey PRIMARY KEY (category, time_window, wallet_address);
+
 ALTER TABLE ONLY public.legal_acceptances
     ADD CONSTRAINT legal_acceptances_pkey PRIMARY KEY (user_id, document_type, version, kind);
 
@@ -842,6 +882,20 @@ CREATE INDEX jobs_failed ON public.jobs USING btree (queue, finished_at) WHERE (
 CREATE INDEX jobs_leases ON public.jobs USING btree (queue, lease_expires_at) WHERE (status = 'running'::text);
 
 CREATE INDEX leaderboard_categories_order ON public.leaderboard_categories USING btree (sort_order, slug);
+
+CREATE INDEX leaderboard_entries_categories ON public.leaderboard_entries USING gin (categories);
+
+CREATE INDEX leaderboard_entries_completed ON public.leaderboard_entries USING btree (completed_at);
+
+CREATE INDEX leaderboard_entries_worker ON public.leaderboard_entries USING btree (worker_wallet);
+
+CREATE INDEX leaderboard_standings_milestones ON public.leaderboard_standings USING btree (category, time_window, completed_milestones DESC, wallet_address);
+
+CREATE INDEX leaderboard_standings_payout ON public.leaderboard_standings USING btree (category, time_window, total_payout_usdc DESC, wallet_address);
+
+CREATE INDEX leaderboard_standings_recent ON public.leaderboard_standings USING btree (category, time_window, last_completed_at DESC, wallet_address);
+
+CREATE INDEX leaderboard_standings_wallet ON public.leaderboard_standings USING btree (wallet_address);
 
 CREATE INDEX message_reports_by_status ON public.message_reports USING btree (status, seq DESC);
 

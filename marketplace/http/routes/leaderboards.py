@@ -1,12 +1,18 @@
 """Leaderboards (spec sections 2 and 4 "Leaderboards and agents", issue #15): the categories
-and the owner's category tags of completed milestones with their revisions. Rules in
-marketplace.leaderboards; docs/leaderboards.md. Boards and agent profiles: not yet."""
+the owner's category tags of completed milestones with their revisions, and the boards. Rules in
+marketplace.leaderboards; docs/leaderboards.md."""
 
 from __future__ import annotations
 
+import asyncio
+
+from aiohttp import web
+
+from marketplace.http import keys
 from marketplace.http.paths import ProjectMilestonePath
+from marketplace.http.routes.indexer_status import current_freshness
 from marketplace.http.routing import AuthMode, Call, RouteTable
-from marketplace.leaderboards import categories, tags
+from marketplace.leaderboards import boards, categories, tags
 from marketplace.leaderboards.errors import (
     CategoryTagsNotFound,
     MilestoneNotCompleted,
@@ -14,7 +20,11 @@ from marketplace.leaderboards.errors import (
     UnknownCategory,
 )
 from marketplace.leaderboards.models import (
+    BoardQuery,
     CategoryListResponse,
+    IndexerFreshnessStatus,
+    LeaderboardResponse,
+    LeaderboardRow,
     MilestoneTags,
     TagRevision,
     TagRevisionsQuery,
@@ -22,8 +32,12 @@ from marketplace.leaderboards.models import (
     TagUpsertRequest,
 )
 from marketplace.records.errors import NotProjectOwner, ProjectNotFound, WalletNotLinked
+from marketplace.ttl_cache import TtlCache
 
 routes = RouteTable(tag="leaderboards")
+FRESHNESS_CACHE: web.AppKey[TtlCache[None, IndexerFreshnessStatus]] = web.AppKey(
+    "leaderboard_freshness", TtlCache
+)
 
 TAGS_PATH = "/v1/projects/{projectAddress}/milestones/{milestoneIndex}/category-tags"
 
@@ -136,3 +150,71 @@ async def list_revisions(
     )
     items = [TagRevision.from_row(row) for row in rows]
     return TagRevisionsResponse(items=items, count=len(items), nextCursor=next_cursor)
+
+
+@routes.get(
+    "/v1/leaderboards",
+    name="getLeaderboard",
+    summary="Workers ranked by their completed milestones, with the board's freshness",
+    auth=AuthMode.OPTIONAL,
+    response=LeaderboardResponse,
+    query=BoardQuery,
+    errors=(UnknownCategory,),
+)
+async def get_leaderboard(call: Call[None, BoardQuery, None]) -> LeaderboardResponse:
+    """Worker wallets ranked over the completed (`approved`) milestones of indexed projects in
+    the given `categories` (comma-separated slugs; a milestone counts once even when tagged with
+    several; omitted: every completed milestone, tagged or not), completed within `window`
+    (`all`, `90d`, `30d`). `sort`: `payout` (total payout), `milestones` (count) or `recent`
+    (latest completion), descending; ties by wallet address. `limit` 1..100 (default 50); pass
+    `nextCursor` back as `cursor` (with the same sort) for the next page: pages never repeat or
+    skip a row while the board is unchanged. `rank` is the row's position. Invite-only
+    projects count but no row names a project. `userId`/`username`: the user actively linked
+    to the wallet, else null. `freshness`: `source` `indexed` (`unknown` before the indexer's
+    first sync), `indexedAt` and `lastSuccessfulSyncAt` from the indexer, `stale` when the
+    board's consumer lags the indexer's change events by more than `freshnessTargetMs` or the
+    indexer itself is stale. Unknown slugs: 422 `unknown_category` naming them; a bad `sort`,
+    `window`, `limit` or `cursor`: 400."""
+    query = call.query
+    page, freshness = await asyncio.gather(
+        boards.board_page(
+            call.pool,
+            categories=boards.parse_categories(query.categories),
+            sort=query.sort,
+            window=query.window,
+            limit=query.limit,
+            cursor=query.cursor,
+        ),
+        board_freshness(call.app),
+    )
+    items = [LeaderboardRow.from_board(row) for row in page.rows]
+    return LeaderboardResponse(
+        items=items, count=len(items), nextCursor=page.next_cursor, freshness=freshness
+    )
+
+
+async def board_freshness(app: web.Application) -> IndexerFreshnessStatus:
+    """The boards' freshness, computed at most once per
+    ``MARKETPLACE_LEADERBOARD_FRESHNESS_CACHE_MS`` in each frontend: it is the same for every
+    board and every caller, and costs two queries and a Redis read."""
+    cache = app[FRESHNESS_CACHE]
+    cached = cache.get(None)
+    if cached is not None:
+        return cached
+    settings = app[keys.SETTINGS]
+    indexer, lag = await asyncio.gather(current_freshness(app), boards.board_lag(app[keys.PG_POOL]))
+    target = settings.leaderboard_freshness_target_ms
+    cursor = indexer.cursor
+    freshness = IndexerFreshnessStatus(
+        source=indexer.source,
+        indexedAt=cursor["last_synced_block_time"] if cursor is not None else None,
+        stale=indexer.stale or lag.stale(target),
+        freshnessTargetMs=target,
+        lastSuccessfulSyncAt=cursor["last_successful_sync_at"] if cursor is not None else None,
+    )
+    cache.put(None, freshness, settings.leaderboard_freshness_cache_ms / 1000)
+    return freshness
+
+
+def setup(app: web.Application) -> None:
+    app[FRESHNESS_CACHE] = TtlCache(1)

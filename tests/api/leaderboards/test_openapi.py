@@ -57,3 +57,31 @@ async def test_openapi_lists_the_leaderboard_routes(client: Any) -> None:
         "previousCategories",
         "createdAt",
     }
+
+
+async def test_openapi_lists_the_board(client: Any) -> None:
+    doc = await (await client.get("/v1/openapi.json")).json()
+    validate(doc)
+    board = doc["paths"]["/v1/leaderboards"]["get"]
+    assert board["x-auth"] == "optional"
+    assert {p["name"] for p in board["parameters"]} >= {
+        "categories",
+        "sort",
+        "window",
+        "limit",
+        "cursor",
+    }
+    assert "unknown_category" in board["responses"]["422"]["description"]
+    schemas = doc["components"]["schemas"]
+    assert set(schemas["LeaderboardResponse"]["required"]) == {
+        "items",
+        "count",
+        "nextCursor",
+        "freshness",
+    }
+    assert set(schemas["IndexerFreshnessStatus"]["required"]) == {
+        "source",
+        "stale",
+        "freshnessTargetMs",
+    }
+    assert set(schemas["LeaderboardRow"]["required"]) >= {"rank", "walletAddress", "userId"}
