@@ -333,6 +333,12 @@ class BoardLag:
         return self.lag_ms > target_ms
 
 
+async def board_version(conn: Conn) -> tuple[int, datetime | None]:
+    """What the boards' content depends on: the consumer's last applied event and the last
+    window refresh (a rebuild sets it too). Equal versions: equal boards."""
+    return await repo.consumer_cursor(conn)
+
+
 async def board_lag(conn: Conn) -> BoardLag:
     oldest = await repo.oldest_pending_event(conn, CONSUMED_TYPES)
     if oldest is None:

@@ -5,6 +5,7 @@ marketplace.leaderboards; docs/leaderboards.md."""
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 
 from aiohttp import web
 
@@ -35,9 +36,23 @@ from marketplace.records.errors import NotProjectOwner, ProjectNotFound, WalletN
 from marketplace.ttl_cache import TtlCache
 
 routes = RouteTable(tag="leaderboards")
+BoardVersion = tuple[int, datetime | None]
+PageKey = tuple[tuple[str, ...], str, str, int, str | None]
 FRESHNESS_CACHE: web.AppKey[TtlCache[None, IndexerFreshnessStatus]] = web.AppKey(
     "leaderboard_freshness", TtlCache
 )
+VERSION_CACHE: web.AppKey[TtlCache[None, BoardVersion]] = web.AppKey(
+    "leaderboard_version", TtlCache
+)
+# Board pages by query, each with the board version it was read at: a page is served again only
+# while the version (the consumer's last applied event, the last window refresh) is unchanged,
+# and for at most PAGE_TTL_SECONDS (rows also carry usernames, which change without a board
+# event).
+PAGE_CACHE: web.AppKey[TtlCache[PageKey, tuple[BoardVersion, boards.BoardPage]]] = web.AppKey(
+    "leaderboard_pages", TtlCache
+)
+PAGE_CACHE_SIZE = 512
+PAGE_TTL_SECONDS = 5.0
 
 TAGS_PATH = "/v1/projects/{projectAddress}/milestones/{milestoneIndex}/category-tags"
 
@@ -176,17 +191,22 @@ async def get_leaderboard(call: Call[None, BoardQuery, None]) -> LeaderboardResp
     indexer itself is stale. Unknown slugs: 422 `unknown_category` naming them; a bad `sort`,
     `window`, `limit` or `cursor`: 400."""
     query = call.query
-    page, freshness = await asyncio.gather(
-        boards.board_page(
+    wanted = boards.parse_categories(query.categories)
+    key: PageKey = (tuple(wanted), query.sort, query.window, query.limit, query.cursor)
+    version, freshness = await asyncio.gather(board_version(call.app), board_freshness(call.app))
+    cached = call.app[PAGE_CACHE].get(key)
+    if cached is not None and cached[0] == version:
+        page = cached[1]
+    else:
+        page = await boards.board_page(
             call.pool,
-            categories=boards.parse_categories(query.categories),
+            categories=wanted,
             sort=query.sort,
             window=query.window,
             limit=query.limit,
             cursor=query.cursor,
-        ),
-        board_freshness(call.app),
-    )
+        )
+        call.app[PAGE_CACHE].put(key, (version, page), PAGE_TTL_SECONDS)
     items = [LeaderboardRow.from_board(row) for row in page.rows]
     return LeaderboardResponse(
         items=items, count=len(items), nextCursor=page.next_cursor, freshness=freshness
@@ -216,5 +236,20 @@ async def board_freshness(app: web.Application) -> IndexerFreshnessStatus:
     return freshness
 
 
+async def board_version(app: web.Application) -> BoardVersion:
+    """The boards' version, read at most once per ``MARKETPLACE_LEADERBOARD_FRESHNESS_CACHE_MS``
+    in each frontend (the same bound as the freshness: a cached page may be that much older
+    than the consumer's last batch)."""
+    cache = app[VERSION_CACHE]
+    cached = cache.get(None)
+    if cached is not None:
+        return cached
+    version = await boards.board_version(app[keys.PG_POOL])
+    cache.put(None, version, app[keys.SETTINGS].leaderboard_freshness_cache_ms / 1000)
+    return version
+
+
 def setup(app: web.Application) -> None:
     app[FRESHNESS_CACHE] = TtlCache(1)
+    app[VERSION_CACHE] = TtlCache(1)
+    app[PAGE_CACHE] = TtlCache(PAGE_CACHE_SIZE)

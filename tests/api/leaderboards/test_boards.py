@@ -437,3 +437,25 @@ async def test_one_consumer_is_active_among_several(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_pages_are_cached_until_the_boards_change(
+    client: Any, db: asyncpg.Connection, servers: Servers
+) -> None:
+    """A page is read again only when the boards' version (the consumer's last applied event,
+    the last window refresh) changed: a standings row changed behind the consumer's back stays
+    unseen until the consumer applies an event."""
+    a, b = addresses(2)
+    await worker_project(db, a, [Done(100, 1)])
+    await worker_project(db, b, [Done(200, 1)])
+    await consume(db, servers.database_url)
+    assert await wallets(client) == [b, a]
+    await db.execute(
+        "UPDATE leaderboard_standings SET total_payout_usdc = 999 WHERE wallet_address = $1", a
+    )
+    assert await wallets(client) == [b, a]  # the cached page: the version did not move
+    await worker_project(db, b, [Done(1, 1)])  # an event the consumer applies: a new version
+    await consume(db, servers.database_url)
+    body = await board(client)
+    assert [row["walletAddress"].lower() for row in body["items"]] == [a, b]
+    assert body["items"][0]["totalPayoutUSDC"] == "999"
