@@ -423,7 +423,7 @@ async def test_docs_page_in_chromium(client: Any, tmp_path: Path) -> None:
             await info.locator(".title").wait_for()
             assert "Project Marketplace API" in await info.locator(".title").inner_text()
             intro = await info.locator(".description").inner_text()
-            for text in ("x-agent-api-key", "email_not_verified", "Still to come", "Messaging"):
+            for text in ("x-agent-api-key", "email_not_verified", "Implemented", "Messaging"):
                 assert text in intro, text
 
             # The claim operation, expanded.
