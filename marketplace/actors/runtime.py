@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import ray
+from pydantic import SecretStr
 from ray._private import ray_constants
 from ray._private.authentication.authentication_utils import is_token_auth_enabled
 from ray._raylet import NodeID
@@ -78,23 +79,25 @@ def local_runtime_options() -> dict[str, Any]:
     return {"_node_ip_address": LOOPBACK}
 
 
+# Secrets no actor uses: they stay in the frontend (authentication happens there).
+WITHHELD_FROM_ACTORS = ("jwt_secret", "scheduler_secret")
+
+
 def settings_for_actor(settings: Settings, **overrides: Any) -> dict[str, Any]:
-    """Settings as plain data for an actor constructor (actors rebuild their own Settings)."""
+    """Settings as plain data for an actor constructor (actors rebuild their own Settings).
+
+    The JSON dump masks every secret as "**********", which an actor's Settings would refuse or,
+    worse, use: so every secret setting is passed as its value (actors send e-mail, sign
+    unsubscribe links and attestations, as they use the database URL and its password), except
+    those in :data:`WITHHELD_FROM_ACTORS`, which are left out.
+    """
     data = settings.model_dump(mode="json")
-    for secret in ("jwt_secret", "scheduler_secret"):
-        data.pop(secret, None)
-    # The JSON dump masks secrets as "**********"; actors that send notification e-mail (job
-    # workers) need the real SMTP URL, as they need the database URL and its password.
-    if settings.smtp_url is not None:
-        data["smtp_url"] = settings.smtp_url.get_secret_value()
-    # Likewise the unsubscribe-link secret: the actors that compose e-mails sign their links.
-    unsubscribe = settings.notification_unsubscribe_secret
-    data["notification_unsubscribe_secret"] = (
-        unsubscribe.get_secret_value() if unsubscribe is not None else None
-    )
-    # And the verifier's signing key: the `verifier` pool's actors sign attestations.
-    key = settings.verifier_private_key
-    data["verifier_private_key"] = key.get_secret_value() if key is not None else None
+    for name in Settings.model_fields:
+        value = getattr(settings, name)
+        if name in WITHHELD_FROM_ACTORS:
+            data.pop(name, None)
+        elif isinstance(value, SecretStr):
+            data[name] = value.get_secret_value()
     data.update(overrides)
     return data
 
