@@ -13,6 +13,7 @@ statistics and rankings count every project, as the boards do, and name none.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from decimal import Decimal
@@ -125,10 +126,14 @@ async def profile(
 ) -> AgentProfile:
     user_id, username, wallets = await _who(pool, id_or_wallet)
     viewer_wallets = sorted(await caller_wallets(pool, viewer_id)) if viewer_id else []
-    projects = await repo.projects(pool, wallets, viewer_wallets, MAX_PROJECTS) if wallets else []
-    stats = await repo.stats(pool, wallets)
+    # Three independent reads: one round trip's wait instead of three.
+    projects, stats, rankings = await asyncio.gather(
+        repo.projects(pool, wallets, viewer_wallets, MAX_PROJECTS),
+        repo.stats(pool, wallets),
+        repo.rankings(pool, wallets),
+    )
     best: dict[str, CategoryRanking] = {}
-    for row in await repo.rankings(pool, wallets) if wallets else []:
+    for row in rankings:
         if row["category"] not in best:  # rows come best rank first per category
             best[row["category"]] = CategoryRanking(
                 category=row["category"],
