@@ -304,10 +304,14 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
 
-def start_server(name: str, mode: str, port: int, extra: list[str], log: Path) -> Server:
+def start_server(
+    name: str, mode: str, port: int, extra: list[str], log: Path, script: str = __file__
+) -> Server:
+    """``python <script> <mode> --port <port> <extra>`` (a benchmark serving itself), its output
+    in ``log``."""
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, __file__, mode, "--port", str(port), *extra],
+            [sys.executable, script, mode, "--port", str(port), *extra],
             stdout=out,
             stderr=subprocess.STDOUT,
             # Its own process group: stopping it also stops the Ray runtime it started.

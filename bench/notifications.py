@@ -44,7 +44,6 @@ import math
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -65,6 +64,7 @@ from bench.messaging import (  # noqa: E402
     load_average,
     percentile,
     process_tree,
+    start_server,
     stop_server,
     wait_ready,
 )
@@ -221,15 +221,7 @@ def serve_ours(args: argparse.Namespace) -> None:
 
 
 def start_ours(port: int, extra: list[str], log: Path) -> Server:
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, __file__, "serve-ours", "--port", str(port), *extra],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            # Its own process group: stopping it also stops the Ray runtime it started.
-            start_new_session=True,
-        )
-    return Server("ours", port, proc)
+    return start_server("ours", "serve-ours", port, extra, log, script=__file__)
 
 
 # --- the baseline -----------------------------------------------------------------------------

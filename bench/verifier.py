@@ -49,6 +49,7 @@ from bench.messaging import (  # noqa: E402
     Server,
     load_average,
     percentile,
+    start_server,
     stop_server,
     wait_ready,
 )
@@ -187,15 +188,7 @@ def serve_ours(args: argparse.Namespace) -> None:
 
 
 def start_ours(port: int, extra: list[str], log: Path) -> Server:
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, __file__, "serve-ours", "--port", str(port), *extra],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            # Its own process group: stopping it also stops the Ray runtime it started.
-            start_new_session=True,
-        )
-    return Server("ours", port, proc)
+    return start_server("ours", "serve-ours", port, extra, log, script=__file__)
 
 
 # --- measuring --------------------------------------------------------------------------------
