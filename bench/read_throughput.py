@@ -195,7 +195,7 @@ async def explain(dsn: str) -> dict[str, str]:
             "detail signed-in viewer": projects_repo.detail_arguments(viewer, address),
             "records visibility check": (
                 projects_repo.SELECT_VISIBLE_PROJECT_PARTIES,
-                [address, [owner], []],
+                [address, [owner], [], False],
             ),
         }
         for name, (sql, args) in cases.items():
@@ -228,6 +228,12 @@ def serve_ours(args: argparse.Namespace) -> None:
         rate_limit_enabled=args.rate_limit,
         rate_limit_default="100000000/60",
         log_level=args.log_level,
+        read_cache_enabled=not args.no_read_cache,
+        **(
+            {"read_cache_max_age_ms": args.read_cache_max_age_ms}
+            if args.read_cache_max_age_ms
+            else {}
+        ),
     )
     configure_logging(settings.log_level, settings.log_json)
     web.run_app(create_app(settings), host="127.0.0.1", port=args.port, print=None, access_log=None)
@@ -346,6 +352,18 @@ async def drive(
         elapsed = time.perf_counter() - started
         cpu = cpu_seconds(server_pid) - cpu_before
     return len(latencies), errors, elapsed, latencies, cpu
+
+
+async def read_cache_metrics(server: Server) -> dict[str, float]:
+    """The app's read-cache counters after the runs (hits, misses, bypasses by route)."""
+    async with aiohttp.ClientSession() as session, session.get(server.url + "/metrics") as resp:
+        text = await resp.text()
+    figures: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("marketplace_read_cache_") and "_created" not in line:
+            name, _, value = line.rpartition(" ")
+            figures[name.removeprefix("marketplace_read_cache_")] = float(value)
+    return figures
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -532,6 +550,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         common = ["--database-url", postgres.dsn]
         ours_args = [
             *common,
+            "--read-cache-max-age-ms",
+            str(args.read_cache_max_age_ms),
             "--redis-url",
             redis_server.url,
             "--ray-address",
@@ -544,6 +564,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             args.log_level,
         ]
         candidates = [("ours", "serve-ours", ours_args)]
+        if args.no_cache_variant:
+            candidates.append(("ours (no cache)", "serve-ours", [*ours_args, "--no-read-cache"]))
         if args.rate_limit_variant:
             candidates.append(("ours+ratelimit", "serve-ours", [*ours_args, "--rate-limit"]))
         candidates.append(("baseline", "serve-baseline", common))
@@ -621,10 +643,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         f"cpu {result.server_cpu_us_per_req:>6.0f} us/req  errors {errors}",
                         flush=True,
                     )
+        cache_metrics = {
+            s.name: await read_cache_metrics(s) for s in servers if s.name.startswith("ours")
+        }
+        for name, figures in cache_metrics.items():
+            print(f"read cache of {name}: {figures}", flush=True)
         failed = False
         return {
             "plans": plans,
             "idle_cpu_percent": idle_cpu,
+            "read_cache_metrics": cache_metrics,
             "results": [asdict(r) for r in results],
             "summary": summarize(results),
         }
@@ -709,6 +737,8 @@ def main() -> None:
         p.add_argument("--jwt-secret", default="")
         p.add_argument("--log-level", default="INFO")
         p.add_argument("--rate-limit", action="store_true")
+        p.add_argument("--no-read-cache", action="store_true")
+        p.add_argument("--read-cache-max-age-ms", type=int, default=0)
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per measured run")
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--concurrency", type=int, default=32)
@@ -723,6 +753,17 @@ def main() -> None:
         "--rate-limit-variant",
         action="store_true",
         help="also run the app with its Redis rate limiter on (limit set out of reach)",
+    )
+    parser.add_argument(
+        "--read-cache-max-age-ms",
+        type=int,
+        default=0,
+        help="the app's MARKETPLACE_READ_CACHE_MAX_AGE_MS (0: its default)",
+    )
+    parser.add_argument(
+        "--no-cache-variant",
+        action="store_true",
+        help="also run the app with its read cache off (MARKETPLACE_READ_CACHE_ENABLED=false)",
     )
     parser.add_argument(
         "--signed-in", action="store_true", help="also measure the list as a signed-in viewer"

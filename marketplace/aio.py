@@ -5,7 +5,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import time
 from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class AtMostEvery(Generic[T]):
+    """A value read again at most every ``max_age`` seconds however often it is asked for
+    (e.g. a ``/metrics`` figure under several scraping Prometheus servers); concurrent askers
+    wait for the one read in progress."""
+
+    def __init__(self, max_age: float, initial: T) -> None:
+        self.max_age = max_age
+        self.value = initial
+        self._taken_at = -math.inf
+        self._lock = asyncio.Lock()
+
+    async def get(self, read: Callable[[], Awaitable[T]]) -> T:
+        async with self._lock:
+            if time.monotonic() - self._taken_at >= self.max_age:
+                self.value = await read()
+                self._taken_at = time.monotonic()
+        return self.value
 
 
 async def wait_event(event: asyncio.Event, seconds: float | None) -> None:

@@ -78,7 +78,8 @@ CAPABILITIES: tuple[Capability, ...] = (
         name="system",
         summary="health, readiness, the OpenAPI document and its UI, Prometheus metrics",
         routes=(f"{ROUTES}.system:routes",),
-        setup=(f"{ROUTES}.system:setup",),
+        # The deployment-wide figures of /metrics (docs/metrics.md).
+        setup=(f"{ROUTES}.system:setup", "marketplace.http.deployment_metrics:setup"),
         contexts=(f"{ROUTES}.system:openapi_document",),
     ),
     Capability(
@@ -136,7 +137,19 @@ CAPABILITIES: tuple[Capability, ...] = (
         name="projects",
         summary="project read API, create-intents, claims and metadata",
         routes=(f"{ROUTES}.projects_read:routes", f"{ROUTES}.project_claims:routes"),
+        # The read cache of this frontend (marketplace/http/read_cache.py).
+        contexts=("marketplace.http.read_cache:read_cache",),
         produces=("project.claimed", "project.metadata_updated"),
+        # The types that invalidate cached reads (read_cache.CONSUMED_TYPES; a test checks).
+        consumes=(
+            "project.created",
+            "project.changed",
+            "project.removed",
+            "project.claimed",
+            "project.metadata_updated",
+            "verifier_job.completed",
+            "chain.reorg",
+        ),
     ),
     Capability(
         name="records",
@@ -225,6 +238,7 @@ CAPABILITIES: tuple[Capability, ...] = (
         routes=(f"{ROUTES}.verifier:routes",),
         contexts=(f"{ROUTES}.verifier:retention_sweeper",),
         queues=("marketplace.verifier.execution:VERIFIER_QUEUE",),
+        produces=("verifier_job.completed",),
         cli=(
             Command(
                 "verifier",

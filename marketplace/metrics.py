@@ -19,6 +19,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from marketplace.deployment_metrics import DeploymentSnapshot
     from marketplace.jobs.metrics import JobMetricsSnapshot
 
 HTTP_REQUESTS = Counter(
@@ -72,6 +73,22 @@ ACTOR_CALL_LATENCY = Histogram(
     "Latency of Ray actor calls made by the frontend, by actor and method.",
     ["actor", "method", "outcome"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5),
+)
+# Shard commands as this frontend saw them (sent, answered), one per command even when several
+# went to their shard in one call. Per frontend: sum across frontends (docs/metrics.md).
+SHARD_COMMANDS = Counter(
+    "marketplace_shard_commands_total",
+    "Shard commands run by this frontend, by shard family, command class and outcome (ok, "
+    "domain_error: refused by a domain rule, unavailable: 503 such as a restarting shard, "
+    "error: anything else).",
+    ["family", "command", "outcome"],
+)
+SHARD_COMMAND_LATENCY = Histogram(
+    "marketplace_shard_command_duration_seconds",
+    "From a shard command's submission by this frontend to its answer (queueing for its shard "
+    "included), by shard family and command class.",
+    ["family", "command"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 DB_POOL_SIZE = Gauge("marketplace_db_pool_size", "Connections open in the asyncpg pool.")
 DB_POOL_IDLE = Gauge("marketplace_db_pool_idle", "Idle connections in the asyncpg pool.")
@@ -203,3 +220,116 @@ class JobMetricsCollector(Collector):
 
 JOB_METRICS = JobMetricsCollector()
 REGISTRY.register(JOB_METRICS)
+
+
+# The Redis hash of actor restarts by kind, written by marketplace/actors/restarts.py (here so
+# actors need not import the deployment metrics' readers).
+ACTOR_RESTARTS_KEY = "marketplace:actors:restarts"
+
+
+class DeploymentMetricsCollector(Collector):
+    """Deployment-wide figures read from Postgres and Redis (docs/metrics.md): the same on every
+    frontend, set as one snapshot before each scrape."""
+
+    def __init__(self) -> None:
+        self.snapshot: DeploymentSnapshot | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.snapshot
+        if snap is None:
+            return
+        yield from deployment_families(snap)
+
+
+def deployment_families(snap: DeploymentSnapshot) -> list[Metric]:
+    """The metric families of one snapshot."""
+    verifier_jobs = GaugeMetricFamily(
+        "marketplace_verifier_jobs",
+        "Verifier jobs by check policy and status (queued, running, completed, failed).",
+        labels=["policy", "status"],
+    )
+    for (policy, status), jobs in sorted(snap.verifier_jobs.items()):
+        verifier_jobs.add_metric([policy, status], jobs)
+    verifier_results = GaugeMetricFamily(
+        "marketplace_verifier_results",
+        "Completed verifier jobs by check policy and whether the delivery passed.",
+        labels=["policy", "passes"],
+    )
+    for (policy, passes), jobs in sorted(snap.verifier_results.items()):
+        verifier_results.add_metric([policy, passes], jobs)
+    deliveries = GaugeMetricFamily(
+        "marketplace_notification_deliveries",
+        "Notification deliveries by status (queued, sent, failed, rate_limited, suppressed).",
+        labels=["status"],
+    )
+    for status, count in sorted(snap.deliveries.items()):
+        deliveries.add_metric([status], count)
+    restarts = CounterMetricFamily(
+        "marketplace_actor_restarts",
+        "Restarts of long-lived actors by Ray, by kind (recorded by each restarted actor).",
+        labels=["kind"],
+    )
+    for kind, count in sorted(snap.actor_restarts.items()):
+        restarts.add_metric([kind], count)
+    scalars = [
+        ("marketplace_moderation_offenses_recorded", "Offense rows recorded (all time).",
+         snap.offenses_recorded),
+        ("marketplace_moderation_offenses_window",
+         "Offenses within the moderation window (MARKETPLACE_MODERATION_WINDOW_SECONDS).",
+         snap.offenses_window),
+        ("marketplace_moderation_suspensions_active", "Suspensions of sending in force now.",
+         snap.suspensions_active),
+        ("marketplace_leaderboard_consumer_lag_events",
+         "Outbox events the leaderboard consumer has yet to read (newest event id less its "
+         "cursor; 0 when caught up).", snap.leaderboard_lag_events),
+        ("marketplace_notification_consumer_lag_events",
+         "Outbox events the notifications consumer has yet to read (newest event id less its "
+         "cursor; 0 when caught up).", snap.notification_lag_events),
+        ("marketplace_indexer_stale",
+         "1 when the indexer status route reports stale (see its staleReason), else 0.",
+         snap.indexer_stale),
+        ("marketplace_indexer_last_success_age_seconds",
+         "Seconds since the indexer's last successful sync (+Inf before the first).",
+         snap.indexer_last_success_age_seconds),
+    ]  # fmt: skip
+    families: list[Metric] = [verifier_jobs, verifier_results, deliveries, restarts]
+    for name, help_text, value in scalars:
+        family = GaugeMetricFamily(name, help_text)
+        family.add_metric([], value)
+        families.append(family)
+    return families
+
+
+DEPLOYMENT_METRICS = DeploymentMetricsCollector()
+REGISTRY.register(DEPLOYMENT_METRICS)
+
+
+# --- read cache (marketplace/http/read_cache.py; docs/read-models.md) ---------------------------
+READ_CACHE_HITS = Counter(
+    "marketplace_read_cache_hits", "Read responses served from this frontend's cache.", ["route"]
+)
+READ_CACHE_MISSES = Counter(
+    "marketplace_read_cache_misses",
+    "Cacheable reads that found no entry (answered from PostgreSQL).",
+    ["route"],
+)
+READ_CACHE_BYPASSES = Counter(
+    "marketplace_read_cache_bypasses",
+    "Reads answered from PostgreSQL without looking at the cache, by reason (not_serving: the "
+    "event follower is lagging or disconnected; uncacheable: a signed-in or effectiveStatus "
+    "list).",
+    ["route", "reason"],
+)
+READ_CACHE_INVALIDATIONS = Counter(
+    "marketplace_read_cache_invalidations",
+    "Invalidations applied to the cache, by event type or reason.",
+    ["reason"],
+)
+READ_CACHE_ENTRIES = Gauge("marketplace_read_cache_entries", "Entries in this frontend's cache.")
+READ_CACHE_BYTES = Gauge(
+    "marketplace_read_cache_bytes", "Approximate bytes held by this frontend's cache."
+)
+READ_CACHE_FOLLOWER_LAG = Gauge(
+    "marketplace_read_cache_follower_lag_seconds",
+    "Seconds since the cache's event follower was last confirmed up to date with the outbox.",
+)

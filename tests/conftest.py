@@ -115,6 +115,9 @@ def make_settings(servers: Servers, **overrides: Any) -> Settings:
         # outlive the app and run other tests' jobs with the settings they were created with
         # (sender, chain). Tests of those queues run a worker themselves.
         "jobs_workers": {"notifications": 0, "verifier": 0},
+        # A test app's context that has not stopped after 10 s is stuck (they normally stop
+        # within a second or two): abandon it (the log names it) rather than wait 30 s.
+        "context_stop_seconds": 10.0,
     }
     values.update(overrides)
     return Settings(**values)

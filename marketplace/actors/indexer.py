@@ -28,6 +28,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from marketplace.actors.options import ActorSpec
+from marketplace.actors.restarts import note_restart
 from marketplace.aio import wait_event
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
@@ -63,6 +64,7 @@ class ChainIndexer:
         pin_recursion_limit()
         self.settings = Settings(**settings)
         self.config = indexer_config(self.settings)
+        note_restart("indexer", self.settings.redis_url)
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None

@@ -31,6 +31,7 @@ import ray
 import redis.asyncio as aioredis
 
 from marketplace.actors.options import ActorSpec
+from marketplace.actors.restarts import note_restart
 from marketplace.actors.runtime import ActorRuntime
 from marketplace.config import Settings
 from marketplace.interpreter import pin_recursion_limit
@@ -50,6 +51,7 @@ class JobWorkerActor:
         self.settings = Settings(**settings)
         self.spec = spec
         self.index = index
+        note_restart("job-worker", self.settings.redis_url)
         # A fresh owner per process: a restarted actor must not mistake the dead process's
         # leases for its own.
         self.owner = f"{worker_name(spec.name, index)}:{os.getpid()}:{uuid.uuid4().hex[:8]}"

@@ -18,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import asyncpg
 
 from marketplace.actors.options import ActorSpec
+from marketplace.actors.restarts import note_restart
 from marketplace.actors.runtime import (
     RESTART_RETRY_DELAYS,
     ActorRestarting,
@@ -34,6 +36,7 @@ from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
 from marketplace.errors import MarketplaceError, ServiceUnavailable
 from marketplace.interpreter import pin_recursion_limit
+from marketplace.metrics import SHARD_COMMAND_LATENCY, SHARD_COMMANDS
 from marketplace.shards import KeyedLocks, ShardCommand, ShardContext, ShardFamily
 from marketplace.storage.pool import create_pool
 
@@ -70,6 +73,7 @@ class KeyedShard:
         self._pool_lock = asyncio.Lock()
         self._key_locks = KeyedLocks()
         self._context: ShardContext | None = None
+        note_restart(f"{self.family.value}-shard", self.settings.redis_url)
 
     async def context(self) -> ShardContext:
         if self._context is None:
@@ -179,6 +183,21 @@ def _consume_outcome(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
+def command_outcome(future: asyncio.Future[Any]) -> str:
+    """The ``outcome`` label of a settled command: ok, domain_error (a domain rule refused it:
+    a 4xx), unavailable (a 503: the shard restarting, unreachable, too slow) or error."""
+    if future.cancelled():
+        return "error"
+    exc = future.exception()
+    if exc is None:
+        return "ok"
+    if isinstance(exc, ServiceUnavailable):
+        return "unavailable"
+    if isinstance(exc, MarketplaceError) and exc.status < 500:
+        return "domain_error"
+    return "error"
+
+
 def shard_spec(index: int, family: ShardFamily = ShardFamily.PROJECT) -> ActorSpec:
     return ActorSpec(name=family.actor_name(index), cls=KeyedShard, max_concurrency=256)
 
@@ -257,6 +276,15 @@ class KeyedShards:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         # A caller that stops waiting leaves the command to run; its outcome is then unread.
         future.add_done_callback(_consume_outcome)
+        # Measured on the command's own future, so each command of a batched call counts once,
+        # and a caller that stops waiting does not cut its command's latency short.
+        family, name, started = self.family.value, type(command).__name__, time.perf_counter()
+
+        def measure(settled: asyncio.Future[Any]) -> None:
+            SHARD_COMMANDS.labels(family, name, command_outcome(settled)).inc()
+            SHARD_COMMAND_LATENCY.labels(family, name).observe(time.perf_counter() - started)
+
+        future.add_done_callback(measure)
         queue.pending.append((command, future))
         self._pump(index, queue)
         return await asyncio.shield(future)

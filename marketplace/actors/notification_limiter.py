@@ -31,6 +31,7 @@ from typing import Any
 import asyncpg
 
 from marketplace.actors.options import ActorSpec
+from marketplace.actors.restarts import note_restart
 from marketplace.actors.runtime import ActorRuntime
 from marketplace.config import Settings
 from marketplace.interpreter import pin_recursion_limit
@@ -48,6 +49,7 @@ class NotificationLimiterActor:
         pin_recursion_limit()
         self.settings = Settings(**settings)
         self.database_url: str = settings["database_url"]
+        note_restart("notification-limiter", self.settings.redis_url)
         self._pool: asyncpg.Pool | None = None
         self._pool_lock = asyncio.Lock()
         self.limiter = WindowLimiter(self._load)

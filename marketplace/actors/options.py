@@ -10,6 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# How much of MARKETPLACE_RAY_ACTOR_RESOURCE one actor takes: one slot, so what a node
+# advertises (Ray wants whole numbers there) is how many actors it may host at most.
+ACTOR_RESOURCE_UNITS = 1
+
 
 @dataclass(frozen=True)
 class ActorSpec:
@@ -21,11 +25,16 @@ class ActorSpec:
     idempotent_calls: bool = False
     max_concurrency: int = 64
     num_cpus: float = 0
-    # "SPREAD" places the actors of one kind on different nodes where it can (job workers).
-    scheduling_strategy: str | None = None
+    # "SPREAD" (every kind's default) spreads shards, job workers, the indexer and the limiter
+    # over a cluster's nodes instead of piling them onto the node of the frontend that happened
+    # to create them first (Ray's default prefers the caller's node). Best effort only: one
+    # family can still land on one node (seen for the 4 verifier workers of a two-node test).
+    # A detached actor whose node dies is restarted (max_restarts -1) on a node that is still
+    # alive. None leaves the choice to Ray.
+    scheduling_strategy: str | None = "SPREAD"
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def ray_options(self, namespace: str) -> dict[str, Any]:
+    def ray_options(self, namespace: str, *, actor_resource: str = "") -> dict[str, Any]:
         return {
             "name": self.name,
             "namespace": namespace,
@@ -40,5 +49,6 @@ class ActorSpec:
                 if self.scheduling_strategy
                 else {}
             ),
+            **({"resources": {actor_resource: ACTOR_RESOURCE_UNITS}} if actor_resource else {}),
             **self.extra,
         }

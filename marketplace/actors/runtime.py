@@ -270,7 +270,8 @@ class ActorRuntime:
         return cached
 
     def _create(self, spec: ActorSpec, args: tuple[Any, ...]) -> Any:
-        remote_cls: Any = ray.remote(spec.cls).options(**spec.ray_options(self.namespace))
+        options = spec.ray_options(self.namespace, actor_resource=self.settings.ray_actor_resource)
+        remote_cls: Any = ray.remote(spec.cls).options(**options)
         handle = remote_cls.remote(*args)
         self._handles[spec.name] = handle
         return handle

@@ -13,6 +13,7 @@ which is what the read models store.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -109,30 +110,60 @@ def _decoder(param: dict[str, Any], address: Callable[[str], str]) -> Decoder:
 
         return array
     if kind == "tuple":
-        parts = [(c["name"], _decoder(c, address), _head_size(c)) for c in param["components"]]
-        dynamic = _is_dynamic(param)
+        return _tuple_decoder(param, address)
+    convert = _word_converter(kind, address)
+    return lambda data, pos, _: convert(_word(data, pos))
 
-        def struct(data: bytes, pos: int, base: int) -> dict[str, Any]:
-            start = base + int.from_bytes(_word(data, pos), "big") if dynamic else pos
-            out, at = {}, start
-            for name, decode_part, size in parts:
-                out[name] = decode_part(data, at, start)
-                at += size
-            return out
 
-        return struct
+_ZERO_WORD = bytes(32)
+
+
+def _word_converter(kind: str, address: Callable[[str], str]) -> Callable[[bytes], Any]:
+    """How one 32-byte word of a static scalar type becomes its value."""
     if kind == "address":
-        return lambda data, pos, _: address("0x" + _word(data, pos)[12:].hex())
+        return lambda word: address("0x" + word[12:].hex())
     if kind == "bool":
-        return lambda data, pos, _: _word(data, pos) != bytes(32)
+        return lambda word: word != _ZERO_WORD
     if kind.startswith("uint"):
-        return lambda data, pos, _: int.from_bytes(_word(data, pos), "big")
+        return functools.partial(int.from_bytes, byteorder="big")
     if kind.startswith("int"):
-        return lambda data, pos, _: int.from_bytes(_word(data, pos), "big", signed=True)
+        return functools.partial(int.from_bytes, byteorder="big", signed=True)
     if kind.startswith("bytes") and kind[5:].isdigit():
         length = int(kind[5:])
-        return lambda data, pos, _: "0x" + _word(data, pos)[:length].hex()
+        return lambda word: "0x" + word[:length].hex()
     raise _Unsupported(kind)
+
+
+def _tuple_decoder(param: dict[str, Any], address: Callable[[str], str]) -> Decoder:
+    # Scalar members are converted straight from their word (one bounds check for the whole
+    # head instead of one per word): a getProjectState struct has about 75 words, and the
+    # per-word calls were most of a backfill's decoding time.
+    parts: list[tuple[str, int, Callable[[bytes], Any] | None, Decoder | None]] = []
+    offset = 0
+    for component in param["components"]:
+        kind = component["type"]
+        if kind != "tuple" and not kind.endswith("]") and not _is_dynamic(component):
+            parts.append((component["name"], offset, _word_converter(kind, address), None))
+        else:
+            parts.append((component["name"], offset, None, _decoder(component, address)))
+        offset += _head_size(component)
+    head = offset
+    dynamic = _is_dynamic(param)
+
+    def struct(data: bytes, pos: int, base: int) -> dict[str, Any]:
+        start = base + int.from_bytes(_word(data, pos), "big") if dynamic else pos
+        if start + head > len(data):
+            raise ValueError(f"ABI data too short: {len(data)} bytes, need {start + head}")
+        out = {}
+        for name, at, convert, decode_part in parts:
+            if convert is not None:
+                out[name] = convert(data[start + at : start + at + 32])
+            else:
+                assert decode_part is not None
+                out[name] = decode_part(data, start + at, start)
+        return out
+
+    return struct
 
 
 def _fast_sequence(

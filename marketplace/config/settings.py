@@ -44,6 +44,15 @@ class Settings(BaseSettings):
     redis_url: str = ""
     ray_address: str = ""
     ray_namespace: str = "marketplace"
+    # On shutdown, a part of the app (a background context) that takes longer than this to stop
+    # is abandoned and logged, so the ones started before it (the event relay with its lock,
+    # the pools) still stop: one stuck stop must not hold up the whole shutdown.
+    context_stop_seconds: float = Field(default=30.0, gt=0, le=600)
+    # A custom Ray resource that only the nodes meant to host actors advertise (e.g.
+    # `ray start --resources='{"marketplace_actors": 1000}'` on worker nodes): every actor takes
+    # one unit of it, so none lands on a CPU-less head or on a frontend's node, and a node hosts
+    # at most as many actors as it advertises. Empty: actors may go to any node (one machine).
+    ray_actor_resource: str = Field(default="", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$|^$")
     db_pool_min_size: int = Field(default=2, ge=0)
     db_pool_max_size: int = Field(default=20, ge=1)
 
@@ -167,6 +176,20 @@ class Settings(BaseSettings):
     events_relay_batch_size: int = Field(default=500, ge=1, le=10_000)
     # Relayed events older than this are deleted from Postgres; 0 keeps them forever.
     events_retention_hours: int = Field(default=168, ge=0)
+
+    # --- read cache of project read responses; see docs/read-models.md ------------------------
+    # Serve viewer-independent project reads (open projects' detail and milestones, anonymous
+    # list pages) from a per-frontend cache invalidated by the change events.
+    read_cache_enabled: bool = True
+    # Longest an entry lives. Every change to a cached read carries an event that drops its
+    # entries as soon as it arrives; this is only a safety net against a change written
+    # without one (a bug), so it bounds how long such a bug could show.
+    read_cache_max_age_ms: int = Field(default=30_000, ge=1, le=300_000)
+    # The cache serves only while its event follower was confirmed up to date with the outbox
+    # at most this long ago (the staleness bound for changes with an event).
+    read_cache_max_lag_ms: int = Field(default=500, ge=10, le=10_000)
+    read_cache_max_entries: int = Field(default=20_000, ge=1)
+    read_cache_max_bytes: int = Field(default=64 * 1024 * 1024, ge=64 * 1024)
 
     # --- messaging moderation; see docs/messaging.md -------------------------------------------
     # Terms refused in chat and DM bodies besides the shipped list, one per line, "#" comments.

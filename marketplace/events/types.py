@@ -38,6 +38,7 @@ class EventType(enum.StrEnum):
     MODERATION_SUSPENDED = "moderation.suspended"
     MODERATION_SUSPENSION_LIFTED = "moderation.suspension_lifted"
     CATEGORY_TAGS_CHANGED = "category_tags.changed"
+    VERIFIER_JOB_COMPLETED = "verifier_job.completed"
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,15 @@ class CategoryTagsChangedPayload(Payload):
     userId: str
 
 
+class VerifierJobCompletedPayload(Payload):
+    jobId: str
+    projectAddress: str
+    milestoneIndex: int
+    policy: str
+    passes: bool
+    evidenceHash: str
+
+
 # --- events as consumers receive them -----------------------------------------------------------
 
 
@@ -334,6 +344,11 @@ class CategoryTagsChanged(Event):
     payload: CategoryTagsChangedPayload
 
 
+class VerifierJobCompleted(Event):
+    type: Literal["verifier_job.completed"]
+    payload: VerifierJobCompletedPayload
+
+
 EVENT_MODELS: dict[str, type[Event]] = {
     EventType.PROJECT_CREATED: ProjectCreated,
     EventType.PROJECT_CHANGED: ProjectChanged,
@@ -354,6 +369,7 @@ EVENT_MODELS: dict[str, type[Event]] = {
     EventType.MODERATION_SUSPENDED: ModerationSuspended,
     EventType.MODERATION_SUSPENSION_LIFTED: ModerationSuspensionLifted,
     EventType.CATEGORY_TAGS_CHANGED: CategoryTagsChanged,
+    EventType.VERIFIER_JOB_COMPLETED: VerifierJobCompleted,
 }
 
 

@@ -157,7 +157,7 @@ def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> w
     for route in routes:
         app.router.add_route(route.method, route.path, make_endpoint(route), name=route.name)
     app[ROUTES] = routes
-    app.cleanup_ctx.append(_in_order(contexts))
+    app.cleanup_ctx.append(_in_order(contexts, settings.context_stop_seconds))
     pin_recursion_limit()
     return app
 
@@ -165,13 +165,7 @@ def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> w
 AppContext = Callable[[web.Application], AsyncIterator[None]]
 
 
-# A context that takes longer to stop is abandoned (and logged), so the ones started before it
-# (the event relay with its lock, the pools) still stop: one stuck stop must not hold up the
-# shutdown, or leave the relay running in a process that goes on (a test process).
-CONTEXT_STOP_SECONDS = 30.0
-
-
-def _in_order(contexts: Sequence[AppContext]) -> AppContext:
+def _in_order(contexts: Sequence[AppContext], stop_seconds: float) -> AppContext:
     """The contexts as one: started in order, stopped in reverse; if one fails to start, the
     started ones are stopped before the failure propagates. Each is stopped as on a normal
     shutdown (its code after ``yield`` runs): the failure is not thrown into them."""
@@ -187,26 +181,27 @@ def _in_order(contexts: Sequence[AppContext]) -> AppContext:
                 await made.__aenter__()
                 started.append((f"{context.__module__}.{context.__qualname__}", made))
         except BaseException:
-            await _stop_all(started)
+            await _stop_all(started, stop_seconds)
             raise
         try:
             yield
         finally:
-            await _stop_all(started)
+            await _stop_all(started, stop_seconds)
 
     return run
 
 
 async def _stop_all(
     started: list[tuple[str, contextlib.AbstractAsyncContextManager[object]]],
+    stop_seconds: float,
 ) -> None:
     failures: list[BaseException] = []
     for name, context in reversed(started):
         try:
-            async with asyncio.timeout(CONTEXT_STOP_SECONDS):
+            async with asyncio.timeout(stop_seconds):
                 await context.__aexit__(None, None, None)
         except TimeoutError:
-            log.error("app context %s did not stop within %.0f s", name, CONTEXT_STOP_SECONDS)
+            log.error("app context %s did not stop within %.0f s", name, stop_seconds)
         except (Exception, asyncio.CancelledError) as exc:
             failures.append(exc)
     if len(failures) == 1:

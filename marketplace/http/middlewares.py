@@ -138,6 +138,11 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
 _STARTED_AT: web.RequestKey[float] = web.RequestKey("started_at", float)
 
 
+def request_started_at(request: web.Request) -> float:
+    """When this middleware began the request (``time.perf_counter()``)."""
+    return request[_STARTED_AT]
+
+
 def account_request(request: web.Request, status: int, *, event: str) -> None:
     """Metrics, access-log line and after-request hooks of one request, once."""
     elapsed = time.perf_counter() - request[_STARTED_AT]

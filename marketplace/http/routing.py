@@ -16,11 +16,12 @@ and serialise its response model.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, get_args, get_origin
+from typing import Any, Generic, TypeVar, cast, get_args, get_origin
 
 import asyncpg
 import redis.asyncio as aioredis
@@ -46,7 +47,10 @@ from marketplace.errors import (
     UnsupportedMediaType,
 )
 from marketplace.http import keys
+from marketplace.http.middlewares import request_started_at
 from marketplace.http.ratelimit import RATE_LIMITER
+from marketplace.http.read_cache import READ_CACHE, Cacheable
+from marketplace.metrics import READ_CACHE_BYPASSES, READ_CACHE_HITS, READ_CACHE_MISSES
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +81,8 @@ class Call(Generic[B, Q, P]):
     is_scheduler: bool = False
     # The validated `header_params` model of the route, when it declares one.
     headers: Any = None
+    # Set by the handler of a cached route when its response may be cached (read_cache.py).
+    cacheable: Cacheable | None = None
 
     @property
     def app(self) -> web.Application:
@@ -110,6 +116,10 @@ class Reply:
 
 
 Handler = Callable[[Call[Any, Any, Any]], Awaitable[BaseModel | Reply | web.StreamResponse]]
+# The response-cache key of a request to a cached route, from the raw request (before
+# validation: a hit skips it) and the authenticated principal; None: do not cache this request.
+# Requests whose inputs are invalid never produce an entry, so their key only ever misses.
+CacheKey = Callable[[web.Request, Principal | None], Hashable | None]
 
 # Checks run, in order, after the verified-email check of every guarded mutation
 # (spec section 5 rules 7-8); the app factory fills it from the capabilities' guards, in
@@ -154,6 +164,9 @@ class Route:
     # The body is an HTML form (application/x-www-form-urlencoded or multipart/form-data, text
     # fields only) instead of JSON: RFC 8058 one-click unsubscribe posts one.
     body_form: bool = False
+    # Serve this read from the frontend's response cache (marketplace/http/read_cache.py); the
+    # handler sets ``call.cacheable`` when its response may be stored.
+    cache: CacheKey | None = None
 
     def __post_init__(self) -> None:
         if self.sends_messages and not self.guarded:
@@ -423,34 +436,105 @@ async def _validate_form(request: web.Request, model: type[BaseModel]) -> BaseMo
 
 
 def make_endpoint(route: Route) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    if route.cache is not None:
+        return _cached_endpoint(route, route.cache)
+
     async def endpoint(request: web.Request) -> web.StreamResponse:
         principal, is_scheduler = await authenticate(request, route)
         request[keys.PRINCIPAL] = principal
         if route.rate_limited:
             await request.app[RATE_LIMITER].check(request, route.name, principal, is_scheduler)
-        if principal is not None and request.method not in SAFE_METHODS:
-            # Guards (implied legal assent) and handlers may write rows with a foreign key to
-            # users; a no-op unless this process still holds the caller's session record.
-            await request.app[keys.SESSION_RECORDER].ensure(principal.user_id)
-        call: Call[Any, Any, Any] = Call(request, route, None, None, None, principal, is_scheduler)
-        if route.guarded:
-            await run_guards(call)
-        if route.path_params is not None:
-            call.path = _validate(route.path_params, dict(request.match_info), "path")
-        if route.query is not None:
-            call.query = _validate(route.query, _query_data(request, route.query), "query")
-        if route.header_params is not None:
-            data = _header_data(request, route.header_params)
-            call.headers = _validate(route.header_params, data, "header")
-        if route.body is not None and route.body_form:
-            call.body = await _validate_form(request, route.body)
-        elif route.body is not None:
-            call.body = await _validate_body(request, route.body)
-        result = await route.handler(call)
-        return render(route, result)
+        return await _run(request, route, principal, is_scheduler)
 
     endpoint.__name__ = route.name
     return endpoint
+
+
+def _cached_endpoint(
+    route: Route, cache_key_of: CacheKey
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The endpoint of a route served from the read cache when it can be (read_cache.py):
+    authentication and rate limiting first, as for every route, then the lookup."""
+    # Label children bound once: `labels()` takes a lock and builds a key on every call.
+    hits = READ_CACHE_HITS.labels(route.name)
+    misses = READ_CACHE_MISSES.labels(route.name)
+    uncacheable = READ_CACHE_BYPASSES.labels(route.name, "uncacheable")
+    not_serving = READ_CACHE_BYPASSES.labels(route.name, "not_serving")
+
+    async def endpoint(request: web.Request) -> web.StreamResponse:
+        principal, is_scheduler = await authenticate(request, route)
+        request[keys.PRINCIPAL] = principal
+        if route.rate_limited:
+            await request.app[RATE_LIMITER].check(request, route.name, principal, is_scheduler)
+        cache = request.app.get(READ_CACHE)
+        if cache is None:
+            return await _run(request, route, principal, is_scheduler)
+        cache_key = cache_key_of(request, principal)
+        if cache_key is None:
+            uncacheable.inc()
+            return await _run(request, route, principal, is_scheduler)
+        if not cache.serving(request_started_at(request)):
+            not_serving.inc()
+            return await _run(request, route, principal, is_scheduler)
+        body = cache.get(cache_key)
+        if body is None:
+            pending = cache.filling.get(cache_key)
+            if pending is not None:
+                # A fill of this key is under way: its body, once stored, answers this request
+                # too (32 clients missing one list page cost one query, not 32).
+                body = await asyncio.shield(pending)
+        if body is not None:
+            hits.inc()
+            return web.Response(body=body, status=route.status, content_type="application/json")
+        misses.inc()
+        filled = cache.begin_fill(cache_key)
+        stored: bytes | None = None
+        try:
+            generation = cache.generation
+            response = await _run(request, route, principal, is_scheduler)
+            call_cacheable = request.get(_CACHEABLE)
+            if call_cacheable is not None and isinstance(response, web.Response):
+                body = cast(bytes, response.body)
+                if cache.put(cache_key, body, call_cacheable, generation):
+                    stored = body
+            return response
+        finally:
+            cache.end_fill(cache_key, filled, stored)
+
+    endpoint.__name__ = route.name
+    return endpoint
+
+
+# The handler's Cacheable of this request (set by _run for the cache lookup in the endpoint).
+_CACHEABLE: web.RequestKey[Cacheable] = web.RequestKey("read_cache_cacheable", Cacheable)
+
+
+async def _run(
+    request: web.Request, route: Route, principal: Principal | None, is_scheduler: bool
+) -> web.StreamResponse:
+    """Everything after authentication and rate limiting: validate, call, render."""
+    if principal is not None and request.method not in SAFE_METHODS:
+        # Guards (implied legal assent) and handlers may write rows with a foreign key to
+        # users; a no-op unless this process still holds the caller's session record.
+        await request.app[keys.SESSION_RECORDER].ensure(principal.user_id)
+    call: Call[Any, Any, Any] = Call(request, route, None, None, None, principal, is_scheduler)
+    if route.guarded:
+        await run_guards(call)
+    if route.path_params is not None:
+        call.path = _validate(route.path_params, dict(request.match_info), "path")
+    if route.query is not None:
+        call.query = _validate(route.query, _query_data(request, route.query), "query")
+    if route.header_params is not None:
+        data = _header_data(request, route.header_params)
+        call.headers = _validate(route.header_params, data, "header")
+    if route.body is not None and route.body_form:
+        call.body = await _validate_form(request, route.body)
+    elif route.body is not None:
+        call.body = await _validate_body(request, route.body)
+    result = await route.handler(call)
+    if call.cacheable is not None and route.cache is not None:
+        request[_CACHEABLE] = call.cacheable
+    return render(route, result)
 
 
 async def run_guards(call: Call[Any, Any, Any]) -> None:
@@ -470,11 +554,17 @@ def render(route: Route, result: BaseModel | Reply | web.StreamResponse) -> web.
         status = result.status or status
         headers = result.headers
         result = result.model
+    return web.Response(
+        body=_serialise(route, result),
+        status=status,
+        headers=headers,
+        content_type="application/json",
+    )
+
+
+def _serialise(route: Route, result: BaseModel) -> bytes:
     if route.response is not None and not isinstance(result, route.response):
         raise TypeError(
             f"{route.name} returned {type(result).__name__}, declared {route.response.__name__}"
         )
-    body = result.model_dump_json(by_alias=True, exclude_none=route.exclude_none)
-    return web.Response(
-        body=body.encode(), status=status, headers=headers, content_type="application/json"
-    )
+    return result.model_dump_json(by_alias=True, exclude_none=route.exclude_none).encode()

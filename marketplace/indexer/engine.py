@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +30,7 @@ import asyncpg
 import redis.asyncio as aioredis
 
 from marketplace.chain.abi import ContractAbi
+from marketplace.chain.enums import BiddingAccess
 from marketplace.chain.rpc import JsonRpcClient, RpcError
 from marketplace.events.types import NewEvent
 from marketplace.indexer.changes import (
@@ -50,9 +51,13 @@ log = logging.getLogger(__name__)
 METRICS_KEY = "marketplace:indexer:metrics"
 # Recorded batch-end blocks kept beyond the rollback window, so a reorg is always detectable.
 KEEP_RECORDED_BLOCKS = 32
-# Snapshot reads: calls per JSON-RPC batch request, and batch requests in flight at once.
-SNAPSHOT_CHUNK = 200
+# Snapshot reads: projects per JSON-RPC batch request (two eth_calls each), and batch requests
+# in flight at once.
+SNAPSHOT_PROJECTS = 100
 SNAPSHOT_CONCURRENCY = 4
+# Snapshots upserted per statement at most: large enough for few round trips, small enough that
+# one statement stays well inside the pool's command timeout on a busy server.
+WRITE_PROJECTS = 1_000
 # The head query opens every poll: a node that does not answer it this fast counts as
 # unreachable (the client's own timeout is for the big log and snapshot reads).
 HEAD_TIMEOUT_SECONDS = 5.0
@@ -84,6 +89,22 @@ class BatchResult:
     @property
     def behind(self) -> bool:
         return self.to_block < self.head
+
+
+@dataclass
+class _Batch:
+    """What one batch found and wrote, filled in by its pipeline's stages."""
+
+    creations: dict[str, ProjectCreation] = field(default_factory=dict)
+    touched: set[str] = field(default_factory=set)
+    events: int = 0  # logs of the registry's projects
+    snapshots: list[Snapshot] = field(default_factory=list)
+    written: set[str] = field(default_factory=set)
+    before_projects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    before_milestones: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    known: set[str] = field(default_factory=set)  # projects indexed before this batch
+    block_hash: str = ""
+    block_time: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -166,14 +187,21 @@ class IndexerEngine:
             await self._report_lag(synced, head, cursor["last_synced_block_time"])
             return BatchResult(start, synced, head, 0, 0)
         end = min(head, start + self.config.page_blocks * self.config.max_pages - 1)
-        logs = await self._fetch_logs(start, end)
-        creations, touched, events = await self._classify(logs)
-        snapshots, block = await self._snapshot(touched, creations, end)
-        block_time = datetime.fromtimestamp(int(block["timestamp"], 16), UTC)
         async with self.pool.acquire() as conn, conn.transaction():
-            written = await self._write_snapshots(conn, snapshots, block=end, block_time=block_time)
-            await repo.record_block(conn, self.config.chain_id, end, block["hash"], touched)
-            await repo.advance_cursor(conn, self.config.chain_id, end, head, _now(), block_time)
+            batch = await self._index_batch(conn, start, end)
+            events = snapshot_events(
+                batch.before_projects,
+                batch.before_milestones,
+                batch.snapshots,
+                batch.written,
+                block=end,
+            )
+            await repo.record_block(
+                conn, self.config.chain_id, end, batch.block_hash, batch.touched
+            )
+            await repo.advance_cursor(
+                conn, self.config.chain_id, end, head, _now(), batch.block_time
+            )
             await repo.prune_blocks(
                 conn,
                 self.config.chain_id,
@@ -181,61 +209,234 @@ class IndexerEngine:
                 KEEP_RECORDED_BLOCKS,
             )
             # Last: from here to the commit this batch holds the events' order lock.
-            await events_repo.append(conn, written.events)
+            await events_repo.append(conn, events)
         known = await self.known_projects()
-        known.update(creations)
-        await self._metrics_after_batch(end - start + 1, events, time.perf_counter() - started)
-        await self._report_lag(end, head, block_time)
-        return BatchResult(start, end, head, events, len(written.projects))
+        known.update(batch.creations)
+        seconds = time.perf_counter() - started
+        await self._metrics_after_batch(end - start + 1, batch.events, seconds)
+        await self._report_lag(end, head, batch.block_time)
+        return BatchResult(start, end, head, batch.events, len(batch.written))
 
-    async def _fetch_logs(self, start: int, end: int) -> list[dict[str, Any]]:
-        calls = []
+    # --- one batch, pipelined -------------------------------------------------------------
+    #
+    # The stages of a batch run concurrently: while page N+1's logs are fetched, the projects
+    # page N touched are snapshotted (eth_call batches, a few in flight) and decoded, and the
+    # snapshots decoded so far are written into the batch's open transaction. Every project is
+    # snapshotted once per batch, at the batch's last block, whichever page touched it first,
+    # so the rows equal those of a sequential batch; the change events are worked out from all
+    # of them at the end and written last, with the cursor, in the same transaction.
+
+    async def _index_batch(self, conn: Connection, start: int, end: int) -> _Batch:
+        batch = _Batch()
+        tag = _hex(end)
+        pages: asyncio.Queue[list[dict[str, Any]] | None] = asyncio.Queue()
+        decoded: asyncio.Queue[list[tuple[ProjectRow, list[MilestoneRow]]] | None] = asyncio.Queue()
+        calls_in_flight = asyncio.Semaphore(SNAPSHOT_CONCURRENCY)
+        known = batch.known = await self.known_projects()
+        try:
+            async with asyncio.TaskGroup() as group:
+                header = group.create_task(self.rpc.call("eth_getBlockByNumber", [tag, False]))
+                group.create_task(self._fetch_pages(start, end, pages))
+                writer = group.create_task(self._write_decoded(conn, batch, header, decoded, end))
+                snapshots: list[asyncio.Task[None]] = []
+                pending: list[str] = []
+                while (page := await pages.get()) is not None:
+                    pending.extend(self._classify_page(page, known, batch))
+                    while len(pending) >= SNAPSHOT_PROJECTS:
+                        chunk, pending = pending[:SNAPSHOT_PROJECTS], pending[SNAPSHOT_PROJECTS:]
+                        snapshots.append(
+                            group.create_task(
+                                self._snapshot_chunk(chunk, tag, calls_in_flight, decoded)
+                            )
+                        )
+                for chunk in _chunks(pending, SNAPSHOT_PROJECTS):
+                    snapshots.append(
+                        group.create_task(
+                            self._snapshot_chunk(chunk, tag, calls_in_flight, decoded)
+                        )
+                    )
+                for task in snapshots:
+                    await task
+                decoded.put_nowait(None)
+                await writer
+        except BaseExceptionGroup as failures:
+            # Callers classify failures by type (an RPC error, a database error), as before.
+            raise _first_leaf(failures) from None
+        return batch
+
+    async def _fetch_pages(
+        self, start: int, end: int, pages: asyncio.Queue[list[dict[str, Any]] | None]
+    ) -> None:
+        """One ``eth_getLogs`` per page, in block order, each handed on as soon as it arrives."""
         for page_start in range(start, end + 1, self.config.page_blocks):
             page_end = min(end, page_start + self.config.page_blocks - 1)
-            calls.append(
-                (
-                    "eth_getLogs",
-                    [
-                        {
-                            "fromBlock": _hex(page_start),
-                            "toBlock": _hex(page_end),
-                            "topics": [self.topics],
-                        }
-                    ],
-                )
-            )
-        pages = await self.rpc.batch(calls)
-        return [entry for page in pages for entry in page]
+            pages.put_nowait(await self._fetch_logs(page_start, page_end))
+        pages.put_nowait(None)
 
-    async def _classify(
-        self, logs: list[dict[str, Any]]
-    ) -> tuple[dict[str, ProjectCreation], set[str], int]:
-        known = await self.known_projects()
-        creations: dict[str, ProjectCreation] = {}
-        touched: set[str] = set()
-        events = 0
-        logs = sorted(logs, key=lambda e: (int(e["blockNumber"], 16), int(e["logIndex"], 16)))
+    async def _fetch_logs(self, start: int, end: int) -> list[dict[str, Any]]:
+        logs = await self.rpc.call(
+            "eth_getLogs",
+            [{"fromBlock": _hex(start), "toBlock": _hex(end), "topics": [self.topics]}],
+        )
+        assert isinstance(logs, list)
+        return logs
+
+    def _classify_page(
+        self, logs: list[dict[str, Any]], known: set[str], batch: _Batch
+    ) -> list[str]:
+        """Record the page's creations and events in ``batch``; return the projects it touched
+        first in this batch (the ones still to snapshot)."""
+        fresh: list[str] = []
+        touched = batch.touched
+        creations = batch.creations
+        registry, created_topic = self.registry, self.created_event.topic0
+        # Creations first, then everything else: no sort by (block, log index) needed, since a
+        # project's events count whether they come before or after its creation in the page.
+        others = []
         for entry in logs:
             if entry.get("removed"):
                 continue
-            address = entry["address"].lower()
-            topic0 = entry["topics"][0] if entry["topics"] else None
-            if address == self.registry and topic0 == self.created_event.topic0:
+            topics = entry["topics"]
+            if topics and topics[0] == created_topic and entry["address"].lower() == registry:
                 args = self.created_event.decode_log(entry, checksum_addresses=False)
-                project = args["project"].lower()
-                creations[project] = ProjectCreation(
-                    project_address=project,
+                address = args["project"].lower()
+                creations[address] = ProjectCreation(
+                    project_address=address,
                     owner_address=args["owner"].lower(),
                     config_hash=args["configHash"].lower(),
                     block_number=int(entry["blockNumber"], 16),
                     log_index=int(entry["logIndex"], 16),
                 )
-                touched.add(project)
-                events += 1
+                batch.events += 1
+                if address not in touched:
+                    touched.add(address)
+                    fresh.append(address)
+            else:
+                others.append(entry["address"])
+        for raw in others:
+            address = raw.lower()
+            if address in touched:
+                batch.events += 1
             elif address in known or address in creations:
+                batch.events += 1
                 touched.add(address)
-                events += 1
-        return creations, touched, events
+                fresh.append(address)
+        return fresh
+
+    async def _snapshot_chunk(
+        self,
+        addresses: list[str],
+        tag: str,
+        calls_in_flight: asyncio.Semaphore,
+        decoded: asyncio.Queue[list[tuple[ProjectRow, list[MilestoneRow]]] | None],
+    ) -> None:
+        decoded.put_nowait(await self._read_snapshots(addresses, tag, calls_in_flight))
+
+    async def _read_snapshots(
+        self, addresses: list[str], tag: str, calls_in_flight: asyncio.Semaphore
+    ) -> list[tuple[ProjectRow, list[MilestoneRow]]]:
+        """``getProjectState()`` of each project, then ``allowlist()`` of the invite-only ones.
+
+        An open project's allowlist is always empty (its bidding access is set once, at
+        initialisation, and the contract edits the allowlist of invite-only projects only), so
+        reading it would only double the calls: most projects are open.
+        """
+        state_data = self.get_state.encode_call()
+        async with calls_in_flight:
+            raw_states = await self.rpc.batch(
+                [("eth_call", [{"to": a, "data": state_data}, tag]) for a in addresses],
+                chunk=SNAPSHOT_PROJECTS,
+            )
+        states = self._decode_states(raw_states)
+        invite_only = [
+            i for i, state in enumerate(states) if state["biddingAccess"] != BiddingAccess.OPEN
+        ]
+        allowlists: dict[int, list[str]] = {}
+        if invite_only:
+            allow_data = self.get_allowlist.encode_call()
+            async with calls_in_flight:
+                raw_lists = await self.rpc.batch(
+                    [
+                        ("eth_call", [{"to": addresses[i], "data": allow_data}, tag])
+                        for i in invite_only
+                    ],
+                    chunk=SNAPSHOT_PROJECTS,
+                )
+            for i, raw in zip(invite_only, raw_lists, strict=True):
+                allowlists[i] = self.get_allowlist.decode_result(raw, checksum_addresses=False)
+        return [
+            project_rows(address, state, allowlists.get(i, []))
+            for i, (address, state) in enumerate(zip(addresses, states, strict=True))
+        ]
+
+    def _decode_states(self, results: list[Any]) -> list[dict[str, Any]]:
+        decode = self.get_state.decode_result
+        return [decode(raw, checksum_addresses=False) for raw in results]
+
+    async def _write_decoded(
+        self,
+        conn: Connection,
+        batch: _Batch,
+        header: asyncio.Task[Any],
+        decoded: asyncio.Queue[list[tuple[ProjectRow, list[MilestoneRow]]] | None],
+        end: int,
+    ) -> None:
+        """Upsert decoded snapshots into the batch's transaction as they come: whatever queued
+        up while the previous write ran (up to ``WRITE_PROJECTS``) goes in the next one."""
+        block = await header
+        if block is None:
+            raise RpcError(f"block {end} not found")
+        batch.block_hash = block["hash"]
+        batch.block_time = datetime.fromtimestamp(int(block["timestamp"], 16), UTC)
+        done = False
+        while not done:
+            first = await decoded.get()
+            if first is None:
+                break
+            rows = list(first)
+            while len(rows) < WRITE_PROJECTS and not decoded.empty():
+                more = decoded.get_nowait()
+                if more is None:
+                    done = True
+                    break
+                rows.extend(more)
+            await self._write_rows(conn, batch, rows, end)
+
+    async def _write_rows(
+        self,
+        conn: Connection,
+        batch: _Batch,
+        rows: list[tuple[ProjectRow, list[MilestoneRow]]],
+        end: int,
+    ) -> None:
+        missing = [p.project_address for p, _ in rows if p.project_address not in batch.creations]
+        existing = await repo.existing_creations(conn, missing) if missing else {}
+        snapshots: list[Snapshot] = []
+        for project, milestones in rows:
+            address = project.project_address
+            creation = batch.creations.get(address) or existing.get(address)
+            if creation is None:
+                log.warning("event from a project never created", extra={"project": address})
+                continue
+            snapshots.append((project, milestones, creation))
+        # Only projects the read model may hold already: reading the others back would find
+        # nothing, and while a backfill fills freshly emptied tables the planner has no
+        # statistics and scans them, which made these reads quadratic in the batch.
+        stored = [
+            project.project_address
+            for project, _, _ in snapshots
+            if project.project_address in batch.known
+            or project.project_address not in batch.creations
+        ]
+        before_projects, before_milestones = await repo.current_state(conn, stored)
+        assert batch.block_time is not None  # the writer reads the header first
+        written = await repo.upsert_snapshots(
+            conn, self.config.chain_id, snapshots, block=end, block_time=batch.block_time
+        )
+        batch.snapshots.extend(snapshots)
+        batch.before_projects.update(before_projects)
+        batch.before_milestones.update(before_milestones)
+        batch.written |= written
 
     async def _write_snapshots(
         self,
@@ -257,41 +458,31 @@ class IndexerEngine:
         return WrittenSnapshots(written, events)
 
     async def _snapshot(
-        self, touched: set[str], creations: dict[str, ProjectCreation], block: int
-    ) -> tuple[list[tuple[ProjectRow, list[MilestoneRow], ProjectCreation]], dict[str, Any]]:
-        order = sorted(touched)
+        self, addresses: list[str], block: int
+    ) -> tuple[list[Snapshot], dict[str, Any]]:
+        """Snapshots of ``addresses`` (projects already in the read model) at ``block``."""
         tag = _hex(block)
-        calls: list[tuple[str, list[Any]]] = [("eth_getBlockByNumber", [tag, False])]
-        state_data = self.get_state.encode_call()
-        allow_data = self.get_allowlist.encode_call()
-        for address in order:
-            calls.append(("eth_call", [{"to": address, "data": state_data}, tag]))
-            calls.append(("eth_call", [{"to": address, "data": allow_data}, tag]))
-        # The JSON-RPC chunks go out concurrently (a few connections): the node executes the
-        # calls while this process parses the previous answers. Still all-or-nothing.
-        chunks = [calls[i : i + SNAPSHOT_CHUNK] for i in range(0, len(calls), SNAPSHOT_CHUNK)]
-        results: list[Any] = []
-        for wave in range(0, len(chunks), SNAPSHOT_CONCURRENCY):
-            answers = await asyncio.gather(
-                *(self.rpc.batch(c) for c in chunks[wave : wave + SNAPSHOT_CONCURRENCY])
-            )
-            results.extend(r for answer in answers for r in answer)
-        block_info = results[0]
+        order = sorted(addresses)
+        block_info = await self.rpc.call("eth_getBlockByNumber", [tag, False])
         if block_info is None:
             raise RpcError(f"block {block} not found")
-        missing = [a for a in order if a not in creations]
-        existing = await repo.existing_creations(self.pool, missing) if missing else {}
-        snapshots = []
-        for i, address in enumerate(order):
-            creation = creations.get(address) or existing.get(address)
-            if creation is None:
-                log.warning("event from a project never created", extra={"project": address})
-                continue
-            state = self.get_state.decode_result(results[1 + 2 * i], checksum_addresses=False)
-            allowlist = self.get_allowlist.decode_result(
-                results[2 + 2 * i], checksum_addresses=False
+        calls_in_flight = asyncio.Semaphore(SNAPSHOT_CONCURRENCY)
+        chunks = await asyncio.gather(
+            *(
+                self._read_snapshots(chunk, tag, calls_in_flight)
+                for chunk in _chunks(order, SNAPSHOT_PROJECTS)
             )
-            project, milestones = project_rows(address, state, allowlist)
+        )
+        existing = await repo.existing_creations(self.pool, order) if order else {}
+        snapshots = []
+        for project, milestones in (row for chunk in chunks for row in chunk):
+            creation = existing.get(project.project_address)
+            if creation is None:
+                log.warning(
+                    "event from a project never created",
+                    extra={"project": project.project_address},
+                )
+                continue
             snapshots.append((project, milestones, creation))
         return snapshots, block_info
 
@@ -360,7 +551,7 @@ class IndexerEngine:
         return True
 
     async def _resnapshot(self, addresses: list[str], head: int) -> None:
-        snapshots, block = await self._snapshot(set(addresses), {}, head)
+        snapshots, block = await self._snapshot(addresses, head)
         block_time = datetime.fromtimestamp(int(block["timestamp"], 16), UTC)
         async with self.pool.acquire() as conn, conn.transaction():
             written = await self._write_snapshots(
@@ -417,6 +608,15 @@ class IndexerEngine:
                 extra={"lag_seconds": lag_seconds, "lag_blocks": lag_blocks},
             )
         self._lag_alerting = alerting
+
+
+def _chunks(items: list[str], size: int) -> list[list[str]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 def _now() -> datetime:

@@ -16,10 +16,8 @@ increments of the last second; jobs never wait for metrics.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
-import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,7 +25,7 @@ from dataclasses import dataclass, field
 import asyncpg
 import redis.asyncio as aioredis
 
-from marketplace.aio import FlushLoop
+from marketplace.aio import AtMostEvery, FlushLoop
 from marketplace.storage.repositories import jobs as repo
 
 log = logging.getLogger(__name__)
@@ -203,16 +201,9 @@ class CachedSnapshot:
     Prometheus (or several Prometheus servers) scrape."""
 
     def __init__(self, max_age: float) -> None:
-        self.max_age = max_age
-        self.snapshot = JobMetricsSnapshot()
-        self._taken_at = -math.inf
-        self._lock = asyncio.Lock()
+        self._latest = AtMostEvery(max_age, JobMetricsSnapshot())
 
     async def refresh(
         self, pool: asyncpg.Pool, redis: aioredis.Redis | None, queues: Iterable[str]
     ) -> JobMetricsSnapshot:
-        async with self._lock:
-            if time.monotonic() - self._taken_at >= self.max_age:
-                self.snapshot = await read_snapshot(pool, redis, queues)
-                self._taken_at = time.monotonic()
-        return self.snapshot
+        return await self._latest.get(lambda: read_snapshot(pool, redis, queues))

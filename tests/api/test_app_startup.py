@@ -89,8 +89,9 @@ async def test_a_context_that_never_stops_does_not_keep_the_relay_running(
         contexts=("tests.api.test_app_startup:never_stops",),
     )
     monkeypatch.setattr(app_module, "CAPABILITIES", (*CAPABILITIES, stuck))
-    monkeypatch.setattr(app_module, "CONTEXT_STOP_SECONDS", 1.0)
-    client = await aiohttp_client(app_module.create_app(make_settings(servers)))
+    client = await aiohttp_client(
+        app_module.create_app(make_settings(servers, context_stop_seconds=1.0))
+    )
     conn = await asyncpg.connect(servers.database_url)
     try:
         for _ in range(200):

@@ -105,3 +105,38 @@ async def test_indexer_metrics_are_mirrored_into_metrics(client: Any) -> None:
     assert "marketplace_indexer_blocks_processed 42.0" in text
     assert "marketplace_indexer_lag_blocks 7.0" in text
     assert "marketplace_indexer_reorgs_handled 1.0" in text
+
+
+async def _staleness_metrics(client: Any) -> tuple[float, float]:
+    text = await (await client.get("/metrics")).text()
+    values = dict(
+        line.rsplit(" ", 1)
+        for line in text.splitlines()
+        if line.startswith(
+            ("marketplace_indexer_stale ", "marketplace_indexer_last_success_age_seconds ")
+        )
+    )
+    return (
+        float(values["marketplace_indexer_stale"]),
+        float(values["marketplace_indexer_last_success_age_seconds"]),
+    )
+
+
+async def test_staleness_metrics_agree_with_the_status_route(client: Any, servers: Servers) -> None:
+    await _cursor(servers, synced=120, head=120, block_age=4000, sync_age=30)
+    body = await (
+        await client.get("/v1/internal/indexer/status", headers=new_user().headers)
+    ).json()
+    stale, age = await _staleness_metrics(client)
+    assert body["stale"] is False and stale == 0
+    assert 30 <= age < 90
+
+
+async def test_silent_indexer_is_stale_in_the_metrics_too(client: Any, servers: Servers) -> None:
+    await _cursor(servers, synced=10, head=10, block_age=1000, sync_age=1000)
+    body = await (
+        await client.get("/v1/internal/indexer/status", headers=new_user().headers)
+    ).json()
+    stale, age = await _staleness_metrics(client)
+    assert body["stale"] is True and stale == 1
+    assert 1000 <= age < 1060

@@ -16,6 +16,7 @@ from marketplace.errors import Forbidden, InvalidRequest, NotFound
 from marketplace.http import keys
 from marketplace.http.openapi import documented
 from marketplace.http.paths import IntentPath, ProjectPath
+from marketplace.http.read_cache import invalidate_local_write
 from marketplace.http.routing import AuthMode, Call, RouteTable
 from marketplace.projects.claims import (
     INTENT_VERSION,
@@ -426,6 +427,7 @@ async def post_claim(call: Call[ProjectClaimRequest, None, ProjectPath]) -> Proj
         ),
     )
     outcome = await call.app[keys.PROJECT_SHARDS].run(command)
+    invalidate_local_write(call.app, address)
     return ProjectClaimResponse(
         status=outcome.status,
         metadataStatus=outcome.metadata_status,
@@ -473,6 +475,7 @@ async def patch_project_metadata(
         image_url=body.imageUrl if "imageUrl" in sent else UNCHANGED,
     )
     await call.app[keys.PROJECT_SHARDS].run(command)
+    invalidate_local_write(call.app, address)
     project = await _project_view(call, address)
     if project is None:
         raise NotFound("project not found")

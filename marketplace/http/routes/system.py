@@ -416,10 +416,12 @@ async def get_docs(call: Call[None, None, None]) -> web.StreamResponse:
     errors=(Forbidden,),
     description=(
         "Prometheus text format: requests, latency and in-flight requests by route template, "
-        "database pool use, actor call latency and the indexer's figures. Meant for the "
-        "scraper on the internal network; it is outside `/v1/`. Served only to the networks "
-        "in `MARKETPLACE_METRICS_ALLOW` (everyone when it is empty), by peer address; 403 "
-        "`forbidden` for others."
+        "database pool use, actor call and shard command latency, and the deployment-wide "
+        "figures read from PostgreSQL and Redis (job queues, verifier jobs, deliveries, "
+        "moderation, consumer lag, the indexer, actor restarts: the same on every frontend). "
+        "Meant for the scraper on the internal network; it is outside `/v1/`. Served only to "
+        "the networks in `MARKETPLACE_METRICS_ALLOW` (everyone when it is empty), by peer "
+        "address; 403 `forbidden` for others."
     ),
 )
 async def get_metrics(call: Call[None, None, None]) -> web.StreamResponse:

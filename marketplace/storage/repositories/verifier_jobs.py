@@ -14,7 +14,9 @@ from typing import Any
 
 import asyncpg
 
-from marketplace.storage.pool import Conn
+from marketplace.events.types import EventType, NewEvent
+from marketplace.storage.pool import Conn, Connection
+from marketplace.storage.repositories import events
 
 # The columns every read returns: the row, and its live state from the queue.
 RECORD = """
@@ -84,7 +86,7 @@ SET status = 'completed', attempt_count = $2, completed_at = now(), updated_at =
     raw_evidence = coalesce(raw_evidence, '{}'::jsonb) || jsonb_build_object('result', $8::jsonb),
     logs = $9
 WHERE id = $1 AND status IS NULL
-RETURNING project_address, milestone_index
+RETURNING project_address, milestone_index, check_policy_id
 """
 # The newest job by request wins, whatever order jobs complete in: an older job retried until
 # after a newer one completed does not replace the newer result. (Under concurrent completions
@@ -188,7 +190,7 @@ async def record_attempt(conn: Conn, verifier_job_id: uuid.UUID, attempt: dict[s
 
 
 async def complete(
-    conn: Conn,
+    conn: Connection,
     verifier_job_id: uuid.UUID,
     *,
     attempt_count: int,
@@ -200,8 +202,9 @@ async def complete(
     raw: dict[str, Any],
     logs: str,
 ) -> bool:
-    """Write the result and the milestone's latest-verifier fields; False when the row was
-    already completed (it never is twice: the caller holds the queue job's lease)."""
+    """Write the result, the milestone's latest-verifier fields and the
+    ``verifier_job.completed`` event (last, as the events' order requires); False when the row
+    was already completed (it never is twice: the caller holds the queue job's lease)."""
     row = await conn.fetchrow(
         COMPLETE,
         verifier_job_id,
@@ -223,6 +226,17 @@ async def complete(
         verifier_job_id,
         passes,
         evidence_hash,
+    )
+    payload = {
+        "jobId": str(verifier_job_id),
+        "projectAddress": row["project_address"],
+        "milestoneIndex": row["milestone_index"],
+        "policy": row["check_policy_id"],
+        "passes": passes,
+        "evidenceHash": evidence_hash,
+    }
+    await events.append(
+        conn, [NewEvent(EventType.VERIFIER_JOB_COMPLETED, row["project_address"], payload)]
     )
     return True
 

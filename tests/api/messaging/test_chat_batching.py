@@ -26,6 +26,27 @@ def batch_calls(metrics: str) -> float:
     return sum(float(count) for count in re.findall(pattern, metrics))
 
 
+def chat_commands(metrics: str, outcome: str) -> float:
+    """The frontend's count of chat sends run as shard commands (one each, batched or not)."""
+    series = (
+        "marketplace_shard_commands_total"
+        f'{{command="PostChatMessage",family="project",outcome="{outcome}"}} '
+    )
+    return sum(
+        float(line[len(series) :]) for line in metrics.splitlines() if line.startswith(series)
+    )
+
+
+def chat_command_latencies(metrics: str) -> float:
+    series = (
+        'marketplace_shard_command_duration_seconds_count{command="PostChatMessage",'
+        'family="project"} '
+    )
+    return sum(
+        float(line[len(series) :]) for line in metrics.splitlines() if line.startswith(series)
+    )
+
+
 async def wait_for_waiting_inserts(db: asyncpg.Connection) -> None:
     deadline = asyncio.get_running_loop().time() + 30
     while not await db.fetchval(
@@ -40,7 +61,8 @@ async def test_concurrent_sends_are_batched_and_answered_one_by_one(
     client: Any, db: asyncpg.Connection
 ) -> None:
     projects = [await project_with_worker(client, db) for _ in range(PROJECTS)]
-    before = batch_calls(await (await client.get("/metrics")).text())
+    before_text = await (await client.get("/metrics")).text()
+    before = batch_calls(before_text)
 
     async def send(project_index: int, n: int) -> tuple[int, int, dict[str, Any]]:
         project = projects[project_index]
@@ -67,7 +89,8 @@ async def test_concurrent_sends_are_batched_and_answered_one_by_one(
     finally:
         await blocker.rollback()
     answers = await asyncio.wait_for(asyncio.gather(*sends), 60)
-    after = batch_calls(await (await client.get("/metrics")).text())
+    after_text = await (await client.get("/metrics")).text()
+    after = batch_calls(after_text)
 
     for project_index, status, body in answers:
         if body.get("error"):
@@ -81,6 +104,13 @@ async def test_concurrent_sends_are_batched_and_answered_one_by_one(
     # went in batches.
     assert len(answers) > MAX_CALLS_IN_FLIGHT_PER_SHARD * 2
     assert after > before
+    # Every command counts on its own, batched or not: the accepted ones ok, the refused ones
+    # (refused inside their batch) domain_error, and each has its latency observed.
+    sent = len(answers) - len(refused)
+    ok = chat_commands(after_text, "ok") - chat_commands(before_text, "ok")
+    domain = chat_commands(after_text, "domain_error") - chat_commands(before_text, "domain_error")
+    assert (ok, domain) == (sent, len(refused))
+    assert chat_command_latencies(after_text) - chat_command_latencies(before_text) == len(answers)
 
     # Every accepted send is stored once, with its event.
     for index, project in enumerate(projects):

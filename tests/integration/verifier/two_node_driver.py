@@ -25,6 +25,7 @@ from marketplace.config import Settings
 from marketplace.errors import ServiceUnavailable
 from marketplace.jobs import JobRegistry
 from marketplace.verifier.execution import VERIFIER_QUEUE
+from tests.support.ray_cluster import spread_reaches
 
 WAIT_SECONDS = 60.0
 
@@ -37,6 +38,7 @@ async def start_pool(settings: Settings) -> dict[str, Any]:
         if time.monotonic() > deadline:
             raise SystemExit(f"only these nodes joined: {ray.nodes()}")
         await asyncio.sleep(0.2)
+    await spread_reaches(2, WAIT_SECONDS)
     workers = JobWorkers(runtime, JobRegistry([VERIFIER_QUEUE]))
     size = workers.start()
     while True:

@@ -1,0 +1,107 @@
+"""A batch spanning many pages, snapshot requests and writes (the pipelined engine) writes what
+the chain holds, with one event per project, and rolls all of it back when a call fails."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+import pytest
+
+from marketplace.chain.rpc import JsonRpcClient, RpcError
+from marketplace.devnet.anvil import AnvilProcess
+from marketplace.devnet.deploy import Deployment
+from marketplace.indexer import engine as engine_module
+from marketplace.indexer.engine import IndexerEngine
+from tests.contracts.helpers import Chain
+from tests.integration.indexer.conftest import engine_config
+from tests.integration.indexer.test_indexer import assert_matches_chain
+
+
+class FailingRpc(JsonRpcClient):
+    """Answers normally until the ``fail_at``-th ``eth_call`` batch, which fails."""
+
+    def __init__(self, url: str, fail_at: int) -> None:
+        super().__init__(url)
+        self.fail_at = fail_at
+        self.call_batches = 0
+
+    async def batch(self, calls: list[tuple[str, list[Any]]], *, chunk: int = 200) -> list[Any]:
+        if calls and calls[0][0] == "eth_call":
+            self.call_batches += 1
+            if self.call_batches == self.fail_at:
+                raise RpcError("node fell over", code=-32000)
+        return await super().batch(calls, chunk=chunk)
+
+
+def many_projects(chain: Chain) -> list[str]:
+    """Projects in separate blocks (automine), some invite-only with an allowlist, some touched
+    again later (so a project's events span pages)."""
+    a = chain.a
+    projects = []
+    for i in range(9):
+        project = chain.create_standard(invite_only=i % 3 == 0, milestones=1 + i % 3)
+        if i % 3 == 0:
+            chain.ok(a.owner, project.functions.addToAllowlist([a.worker, a.bidder2]))
+        projects.append(project)
+    for project in projects[::2]:
+        chain.ok(a.owner, project.functions.openBidding())
+    return [p.address for p in projects]
+
+
+@pytest.fixture
+def small_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Many snapshot requests in flight and several writes in one batch.
+    monkeypatch.setattr(engine_module, "SNAPSHOT_PROJECTS", 2)
+    monkeypatch.setattr(engine_module, "SNAPSHOT_CONCURRENCY", 2)
+    monkeypatch.setattr(engine_module, "WRITE_PROJECTS", 3)
+
+
+@pytest.mark.usefixtures("small_steps")
+async def test_a_batch_of_many_pages_writes_what_the_chain_holds(
+    devnet: tuple[AnvilProcess, Deployment], chain: Chain, pool: asyncpg.Pool
+) -> None:
+    addresses = many_projects(chain)
+    rpc = JsonRpcClient(devnet[0].rpc_url)
+    engine = IndexerEngine(engine_config(devnet, page_blocks=1, max_pages=10_000), pool, rpc)
+    try:
+        result = await engine.sync_once()
+    finally:
+        await rpc.close()
+    head = int(chain.rpc("eth_blockNumber"), 16)
+    assert (result.to_block, result.behind, result.projects) == (head, False, len(addresses))
+    for address in addresses:
+        row = await assert_matches_chain(pool, chain, address)
+        if row["bidding_access"] == "invite_only":
+            assert len(row["allowlist"]) == 2
+    events = await pool.fetch("SELECT type, subject FROM events ORDER BY id")
+    assert [(e["type"], e["subject"]) for e in events] == [
+        ("project.created", address.lower()) for address in sorted(a.lower() for a in addresses)
+    ]
+    cursor = await pool.fetchrow("SELECT last_synced_block FROM indexer_cursors")
+    assert cursor is not None and cursor["last_synced_block"] == head
+
+
+@pytest.mark.usefixtures("small_steps")
+async def test_a_failed_call_mid_batch_rolls_the_whole_batch_back(
+    devnet: tuple[AnvilProcess, Deployment], chain: Chain, pool: asyncpg.Pool
+) -> None:
+    addresses = many_projects(chain)
+    rpc = FailingRpc(devnet[0].rpc_url, fail_at=4)
+    engine = IndexerEngine(engine_config(devnet, page_blocks=1, max_pages=10_000), pool, rpc)
+    try:
+        # The RPC error itself, not a group: the actor classifies failures by their type.
+        with pytest.raises(RpcError, match="node fell over"):
+            await engine.sync_once()
+        assert await pool.fetchval("SELECT count(*) FROM projects") == 0
+        assert await pool.fetchval("SELECT count(*) FROM milestones") == 0
+        assert await pool.fetchval("SELECT count(*) FROM events") == 0
+        cursor = await pool.fetchrow("SELECT last_synced_block FROM indexer_cursors")
+        assert cursor is not None and cursor["last_synced_block"] == engine.config.start_block - 1
+        # The next attempt (the node is back) indexes everything.
+        rpc.fail_at = 0
+        result = await engine.sync_once()
+    finally:
+        await rpc.close()
+    assert result.projects == len(addresses)
+    assert await pool.fetchval("SELECT count(*) FROM events") == len(addresses)
