@@ -78,6 +78,9 @@ class Settings(BaseSettings):
     # Failed authentications (a bad bearer token or agent key) per client address, "<count>/
     # <seconds>"; once spent, that address gets 429 for any credentials until it recovers.
     rate_limit_auth_failures: str = "20/60"
+    # A limiter check waits this long for Redis before enforcing limits per process instead.
+    # Measured from the caller's event loop, so it includes time the loop spends elsewhere.
+    rate_limit_redis_timeout_ms: int = Field(default=1000, ge=10, le=60_000)
     # Readiness answers from a cached check for this long, so polling it costs little.
     readiness_cache_ms: int = Field(default=1000, ge=0, le=60_000)
     # Comma-separated networks (CIDR) allowed to read /metrics; empty: everyone.

@@ -57,7 +57,7 @@ class RateLimiter:
 
     def __init__(self, redis: aioredis.Redis, settings: Settings) -> None:
         self.settings = settings
-        self.gcra = Gcra(redis)
+        self.gcra = Gcra(redis, timeout_seconds=settings.rate_limit_redis_timeout_ms / 1000)
         self.auth_failure_rate = Rate(*parse_rate(settings.rate_limit_auth_failures))
 
     async def check(
