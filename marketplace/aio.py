@@ -8,7 +8,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -77,9 +77,7 @@ class FlushLoop:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     async def _run(self) -> None:
@@ -92,6 +90,28 @@ class FlushLoop:
             except Exception:
                 raise_if_cancelling()
                 self._log.exception("%s: flush crashed", self.name)
+
+
+async def wait_finished(task: asyncio.Future[Any]) -> None:
+    """Wait until ``task`` (cancelled, or told to stop) has finished; its own cancellation is
+    its normal end and is not raised, but a cancellation of the caller is. (Not
+    ``contextlib.suppress(CancelledError)``: that also swallowed the cancellation a bounded stop
+    sends the caller, so the stop returned at its bound without a word and left the task
+    running.) Any other exception of the task is raised."""
+    try:
+        await task
+    except asyncio.CancelledError:
+        raise_if_cancelling()
+    else:
+        # A task that ignored the cancellation the caller's own one was passed on as, and then
+        # ended normally: asyncio resumes the caller with the task's result.
+        raise_if_cancelling()
+
+
+async def cancel_and_wait(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` and wait until it has finished (see :func:`wait_finished`)."""
+    task.cancel()
+    await wait_finished(task)
 
 
 def raise_if_cancelling() -> None:

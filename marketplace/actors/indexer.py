@@ -25,16 +25,15 @@ import threading
 import time
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from marketplace.actors.options import ActorSpec
 from marketplace.actors.restarts import note_restart
-from marketplace.aio import wait_event
+from marketplace.aio import cancel_and_wait, wait_event
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
 from marketplace.indexer.engine import IndexerConfig, IndexerEngine
 from marketplace.indexer.health import Attempt, HealthRecorder, classify_failure
 from marketplace.interpreter import pin_recursion_limit
+from marketplace.redis_client import Redis
 from marketplace.storage.pool import create_pool
 
 log = logging.getLogger(__name__)
@@ -102,9 +101,7 @@ class ChainIndexer:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         pool = await create_pool(self.settings.database_url, min_size=1, max_size=4)
-        redis = (
-            aioredis.Redis.from_url(self.settings.redis_url) if self.settings.redis_url else None
-        )
+        redis = Redis.from_url(self.settings.redis_url) if self.settings.redis_url else None
         rpc = JsonRpcClient(self.config.rpc_url)
         engine = IndexerEngine(self.config, pool, rpc, redis)
         health = HealthRecorder(redis, self.config.chain_id)
@@ -147,9 +144,7 @@ class ChainIndexer:
                     await self._sleep(backoff)
                     backoff = min(backoff * 2, max_backoff)
         finally:
-            heads.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heads
+            await cancel_and_wait(heads)
             await rpc.close()
             await pool.close()
             if redis is not None:

@@ -20,7 +20,6 @@ reservation: they wait on I/O, and a CPU-heavy handler should reserve through it
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -28,16 +27,17 @@ import uuid
 from typing import Any
 
 import ray
-import redis.asyncio as aioredis
 
 from marketplace.actors.options import ActorSpec
 from marketplace.actors.restarts import note_restart
 from marketplace.actors.runtime import ActorRuntime
+from marketplace.aio import wait_finished
 from marketplace.config import Settings
 from marketplace.interpreter import pin_recursion_limit
 from marketplace.jobs.metrics import JobMetricsRecorder
 from marketplace.jobs.registry import JobRegistry, QueueSpec
 from marketplace.jobs.worker import JobWorker
+from marketplace.redis_client import Redis
 from marketplace.storage.pool import create_pool
 from marketplace.storage.repositories.jobs import JobNotifications
 
@@ -80,9 +80,7 @@ class JobWorkerActor:
         # handler never starves the heartbeat (which would cost the leases of the others).
         concurrency = self.spec.effective_concurrency(self.settings)
         pool = await create_pool(self.settings.database_url, min_size=1, max_size=concurrency + 2)
-        redis = (
-            aioredis.Redis.from_url(self.settings.redis_url) if self.settings.redis_url else None
-        )
+        redis = Redis.from_url(self.settings.redis_url) if self.settings.redis_url else None
         metrics = JobMetricsRecorder(redis)
         worker = JobWorker(
             self.spec, pool, self.settings, owner=self.owner, metrics=metrics, location=location()
@@ -125,8 +123,7 @@ class JobWorkerActor:
         self._stopped = True
         if self.worker is not None:
             await self.worker.stop(grace_seconds)
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await wait_finished(self._task)
 
 
 def location() -> dict[str, str]:

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from marketplace.actors.keyed_shard import KeyedShards
 from marketplace.actors.runtime import ActorRuntime
+from marketplace.aio import cancel_and_wait
 from marketplace.auth import NoApiKeys, SessionVerifier
 from marketplace.capabilities import CAPABILITIES, ordered_guards, resolve
 from marketplace.config import Settings
@@ -31,6 +32,7 @@ from marketplace.http.ratelimit import RATE_LIMITER, RateLimiter
 from marketplace.http.routing import GUARD_HOOKS, ROUTES, Route, RouteTable, make_endpoint
 from marketplace.interpreter import pin_recursion_limit
 from marketplace.logs import AccessLog
+from marketplace.redis_client import Redis
 from marketplace.shards import ShardFamily
 from marketplace.storage.pool import create_pool
 
@@ -49,9 +51,7 @@ async def _access_log(app: web.Application) -> AsyncIterator[None]:
 
     task = asyncio.create_task(flush_forever())
     yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancel_and_wait(task)
     access_log.flush()
 
 
@@ -81,7 +81,7 @@ async def _redis(app: web.Application) -> AsyncIterator[None]:
         max_connections=REDIS_MAX_CONNECTIONS,
         timeout=REDIS_POOL_WAIT_SECONDS,
     )
-    client = aioredis.Redis.from_pool(pool)
+    client = Redis.from_pool(pool)
     await client.ping()
     app[keys.REDIS] = client
     app[RATE_LIMITER] = RateLimiter(client, app[keys.SETTINGS])
@@ -101,9 +101,7 @@ async def _ray(app: web.Application) -> AsyncIterator[None]:
     # Postgres never wait for it.
     supervisor = asyncio.create_task(runtime.supervise())
     yield
-    supervisor.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await supervisor
+    await cancel_and_wait(supervisor)
     runtime.shutdown()
     log.info("ray runtime stopped")
 
@@ -117,9 +115,7 @@ async def _event_relay(app: web.Application) -> AsyncIterator[None]:
     relay = EventRelay(settings.database_url, app[keys.REDIS], RelayConfig.from_settings(settings))
     task = asyncio.create_task(relay.run(), name="event-relay")
     yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancel_and_wait(task)
 
 
 def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> web.Application:

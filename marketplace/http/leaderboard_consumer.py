@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from marketplace.aio import cancel_and_wait
 from marketplace.http import keys
 from marketplace.leaderboards.boards import BoardsConsumer, ConsumerConfig
 
@@ -28,6 +28,4 @@ async def boards_consumer(app: web.Application) -> AsyncIterator[None]:
     app[BOARDS_CONSUMER] = consumer
     task = asyncio.create_task(consumer.run(), name="leaderboards-consumer")
     yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancel_and_wait(task)

@@ -5,13 +5,13 @@ frontend, standby in the others) and its rate-limiter actor (docs/notifications.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
 from marketplace.actors.notification_limiter import RemoteLimiter
+from marketplace.aio import cancel_and_wait
 from marketplace.http import keys
 from marketplace.notifications.consumer import ConsumerConfig, NotificationConsumer
 
@@ -35,6 +35,4 @@ async def notification_consumer(app: web.Application) -> AsyncIterator[None]:
     app[CONSUMER] = consumer
     task = asyncio.create_task(consumer.run(), name="notification-consumer")
     yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancel_and_wait(task)

@@ -34,7 +34,7 @@ import asyncpg
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from marketplace.aio import raise_if_cancelling
+from marketplace.aio import raise_if_cancelling, wait_finished
 from marketplace.config import Settings
 from marketplace.events.consumer import EventStream
 from marketplace.events.types import Event, UnknownEvent
@@ -163,8 +163,7 @@ class ReadCache:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await wait_finished(task)
         self._tasks = []
         self.clear("stopped")
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import asyncpg
 
-from marketplace.aio import wait_event
+from marketplace.aio import cancel_and_wait, wait_event
 from marketplace.config import Settings
 from marketplace.jobs.metrics import JobMetricsRecorder
 from marketplace.jobs.model import (
@@ -177,9 +177,7 @@ class JobWorker:
                     continue
                 await self._sleep(self.config.poll_interval_seconds)
         finally:
-            self._heartbeat_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat_task
+            await cancel_and_wait(self._heartbeat_task)
 
     async def _sleep(self, seconds: float | None) -> None:
         with contextlib.suppress(TimeoutError):

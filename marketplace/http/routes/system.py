@@ -273,7 +273,8 @@ def _document_for(routes: tuple[Route, ...]) -> dict[str, Any]:
 async def openapi_document(app: web.Application) -> AsyncIterator[None]:
     """Built at start-up (once per process for a given route list), from the routes the app
     really registered."""
-    app[_OPENAPI_DOCUMENT] = _document_for(tuple(app[ROUTES]))
+    routes: list[Route] = app[ROUTES]
+    app[_OPENAPI_DOCUMENT] = _document_for(tuple(routes))
     yield
 
 

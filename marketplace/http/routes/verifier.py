@@ -9,12 +9,12 @@ idempotent, so several frontends sweeping at once only share the work).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from marketplace.aio import cancel_and_wait
 from marketplace.config import Settings
 from marketplace.http import keys
 from marketplace.http.routing import AuthMode, Call, Reply, RouteTable
@@ -207,6 +207,4 @@ async def retention_sweeper(app: web.Application) -> AsyncIterator[None]:
     )
     asyncio.get_running_loop().run_in_executor(None, available_policies, settings)
     yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancel_and_wait(task)

@@ -17,6 +17,7 @@ from typing import Any
 
 import asyncpg
 
+from marketplace.aio import cancel_and_wait
 from marketplace.storage.pool import Conn, Connection, connect
 
 log = logging.getLogger(__name__)
@@ -333,9 +334,7 @@ class JobNotifications:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     def _notified(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:

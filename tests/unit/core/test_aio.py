@@ -36,3 +36,41 @@ async def test_a_cancellation_racing_the_wake_up_is_never_lost() -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(task, 2)
+
+
+async def test_stopping_a_task_keeps_the_callers_own_cancellation() -> None:
+    from marketplace.aio import cancel_and_wait
+
+    forever = asyncio.create_task(asyncio.sleep(3600))
+    await cancel_and_wait(forever)
+    assert forever.cancelled()
+
+    # A stop bounded by a timeout: the task ignores its cancellations for a while; the bound must
+    # end the stop with TimeoutError (which the app's context stop logs), not be swallowed into
+    # a stop that seems to have succeeded.
+    async def stubborn() -> None:
+        for _ in range(10):
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0.05)
+
+    task = asyncio.create_task(stubborn())
+    await asyncio.sleep(0)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.1):
+            await cancel_and_wait(task)
+    assert task.done()
+
+
+async def test_a_task_that_fails_while_stopping_raises_its_error() -> None:
+    from marketplace.aio import cancel_and_wait
+
+    async def fails_on_cancel() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            raise RuntimeError("cleanup failed") from None
+
+    task = asyncio.create_task(fails_on_cancel())
+    await asyncio.sleep(0)
+    with pytest.raises(RuntimeError, match="cleanup failed"):
+        await cancel_and_wait(task)

@@ -1,0 +1,74 @@
+"""The service's Redis client keeps a cancellation that arrives while a command is being sent.
+
+redis-py sends through ``asyncio.wait_for``, which on Python 3.11 can swallow it (see
+``marketplace/redis_client.py``): a stream follower cancelled just after sending XREAD BLOCK then
+went on reading and kept its app's shutdown waiting. With this client the command in flight may
+still run to its end (at most its block time), but its caller then stops instead of getting
+the reply and reading again. Real Redis, real blocking reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from marketplace.redis_client import Redis
+from tests.conftest import Servers
+
+BLOCK_MS = 2_000
+
+
+async def _follow(client: Redis, reads: list[object]) -> None:
+    while True:
+        reads.append(await client.xread({"mkt-test:cancel": "0-0"}, count=10, block=BLOCK_MS))
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.001, 0.05])
+async def test_a_cancelled_follower_stops_after_the_read_in_flight(
+    servers: Servers, delay: float
+) -> None:
+    client = Redis.from_url(servers.redis_url, socket_timeout=5.0)
+    try:
+        await client.ping()
+        for _ in range(5):
+            reads: list[object] = []
+            task = asyncio.create_task(_follow(client, reads))
+            await asyncio.sleep(delay)
+            started = time.monotonic()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                async with asyncio.timeout(3 * BLOCK_MS / 1000):
+                    await task
+            # By the end of the read in flight at the latest, and without handing it back.
+            assert time.monotonic() - started < BLOCK_MS / 1000 + 0.5
+            assert reads == []
+    finally:
+        await client.aclose()
+
+
+async def test_a_cancelled_pipeline_stops_after_the_one_in_flight(servers: Servers) -> None:
+    client = Redis.from_url(servers.redis_url, socket_timeout=5.0)
+    try:
+
+        async def pipelines(done: list[int]) -> None:
+            while True:
+                async with client.pipeline(transaction=False) as pipe:
+                    pipe.xread({"mkt-test:cancel": "0-0"}, count=1, block=BLOCK_MS)
+                    await pipe.execute()
+                done.append(1)
+
+        for _ in range(5):
+            done: list[int] = []
+            task = asyncio.create_task(pipelines(done))
+            await asyncio.sleep(0)
+            started = time.monotonic()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                async with asyncio.timeout(3 * BLOCK_MS / 1000):
+                    await task
+            assert time.monotonic() - started < BLOCK_MS / 1000 + 0.5
+            assert done == []
+    finally:
+        await client.aclose()
