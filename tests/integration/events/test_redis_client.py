@@ -13,6 +13,7 @@ import asyncio
 import time
 
 import pytest
+import redis.asyncio as aioredis
 
 from marketplace.redis_client import Redis
 from tests.conftest import Servers
@@ -20,7 +21,7 @@ from tests.conftest import Servers
 BLOCK_MS = 2_000
 
 
-async def _follow(client: Redis, reads: list[object]) -> None:
+async def _follow(client: aioredis.Redis, reads: list[object]) -> None:
     while True:
         reads.append(await client.xread({"mkt-test:cancel": "0-0"}, count=10, block=BLOCK_MS))
 
@@ -30,6 +31,7 @@ async def test_a_cancelled_follower_stops_after_the_read_in_flight(
     servers: Servers, delay: float
 ) -> None:
     client = Redis.from_url(servers.redis_url, socket_timeout=5.0)
+    assert isinstance(client, Redis)
     try:
         await client.ping()
         for _ in range(5):
