@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from marketplace.redis_client import Redis
 from tests.conftest import Servers
 
-BLOCK_MS = 2_000
+BLOCK_MS = 1_000
 
 
 async def _follow(client: aioredis.Redis, reads: list[object]) -> None:
@@ -34,7 +34,7 @@ async def test_a_cancelled_follower_stops_after_the_read_in_flight(
     assert isinstance(client, Redis)
     try:
         await client.ping()
-        for _ in range(5):
+        for _ in range(3):
             reads: list[object] = []
             task = asyncio.create_task(_follow(client, reads))
             await asyncio.sleep(delay)
@@ -61,7 +61,7 @@ async def test_a_cancelled_pipeline_stops_after_the_one_in_flight(servers: Serve
                     await pipe.execute()
                 done.append(1)
 
-        for _ in range(5):
+        for _ in range(3):
             done: list[int] = []
             task = asyncio.create_task(pipelines(done))
             await asyncio.sleep(0)
