@@ -221,7 +221,10 @@ def serve_ours(args: argparse.Namespace) -> None:
         **overrides,
     )
     configure_logging(settings.log_level, settings.log_json)
-    web.run_app(create_app(settings), host="127.0.0.1", port=args.port, print=None, access_log=None)
+    from marketplace.http.server import serve
+
+    # As `marketplace serve` runs it (the JSON-errors runner, the start-up heap frozen).
+    asyncio.run(serve(create_app(settings), "127.0.0.1", args.port))
 
 
 def serve_baseline(args: argparse.Namespace) -> None:

@@ -10,6 +10,7 @@ so importing it here first and restoring the limit afterwards makes the restorat
 
 from __future__ import annotations
 
+import gc
 import sys
 
 # CPython's default; recursion in our own code never comes near it.
@@ -20,3 +21,16 @@ def pin_recursion_limit() -> None:
     import py_ecc  # noqa: F401  (imported for its side effect, which we then undo)
 
     sys.setrecursionlimit(RECURSION_LIMIT)
+
+
+def freeze_start_up_heap() -> None:
+    """Move every object alive now to the collector's permanent generation.
+
+    Called once a long-lived process has started (``marketplace serve`` after the app's start-up,
+    each actor at the end of its ``__init__``): the modules, models, schemas and routes loaded by
+    then (hundreds of thousands of objects: Ray, web3, pydantic) live as long as the process, yet
+    every full collection walked all of them, a pause taken by whichever request was running.
+    Measured with ``bench/messaging.py`` (chat sends at c=32): p99 104 ms without, 92 ms with.
+    Not for a process that builds many apps (tests): what is frozen is never collected.
+    """
+    gc.freeze()

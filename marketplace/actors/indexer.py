@@ -32,7 +32,7 @@ from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
 from marketplace.indexer.engine import IndexerConfig, IndexerEngine
 from marketplace.indexer.health import Attempt, HealthRecorder, classify_failure
-from marketplace.interpreter import pin_recursion_limit
+from marketplace.interpreter import freeze_start_up_heap, pin_recursion_limit
 from marketplace.redis_client import Redis
 from marketplace.storage.pool import create_pool
 
@@ -61,6 +61,7 @@ def indexer_config(settings: Settings) -> IndexerConfig:
 class ChainIndexer:
     def __init__(self, settings: dict[str, Any]) -> None:
         pin_recursion_limit()
+        freeze_start_up_heap()
         self.settings = Settings(**settings)
         self.config = indexer_config(self.settings)
         note_restart("indexer", self.settings.redis_url)

@@ -33,7 +33,7 @@ from marketplace.actors.restarts import note_restart
 from marketplace.actors.runtime import ActorRuntime
 from marketplace.aio import wait_finished
 from marketplace.config import Settings
-from marketplace.interpreter import pin_recursion_limit
+from marketplace.interpreter import freeze_start_up_heap, pin_recursion_limit
 from marketplace.jobs.metrics import JobMetricsRecorder
 from marketplace.jobs.registry import JobRegistry, QueueSpec
 from marketplace.jobs.worker import JobWorker
@@ -48,6 +48,7 @@ MAX_START_BACKOFF_SECONDS = 30.0
 class JobWorkerActor:
     def __init__(self, settings: dict[str, Any], spec: QueueSpec, index: int) -> None:
         pin_recursion_limit()
+        freeze_start_up_heap()
         self.settings = Settings(**settings)
         self.spec = spec
         self.index = index

@@ -35,7 +35,7 @@ from marketplace.actors.runtime import (
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
 from marketplace.errors import MarketplaceError, ServiceUnavailable
-from marketplace.interpreter import pin_recursion_limit
+from marketplace.interpreter import freeze_start_up_heap, pin_recursion_limit
 from marketplace.metrics import SHARD_COMMAND_LATENCY, SHARD_COMMANDS
 from marketplace.shards import KeyedLocks, ShardCommand, ShardContext, ShardFamily
 from marketplace.storage.pool import create_pool
@@ -64,6 +64,7 @@ class KeyedShard:
 
     def __init__(self, settings: dict[str, Any], family: ShardFamily, shard_index: int) -> None:
         pin_recursion_limit()
+        freeze_start_up_heap()
         self.settings = Settings(**settings)
         self.database_url: str = settings["database_url"]
         self.family = ShardFamily(family)

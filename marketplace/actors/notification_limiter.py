@@ -34,7 +34,7 @@ from marketplace.actors.options import ActorSpec
 from marketplace.actors.restarts import note_restart
 from marketplace.actors.runtime import ActorRuntime
 from marketplace.config import Settings
-from marketplace.interpreter import pin_recursion_limit
+from marketplace.interpreter import freeze_start_up_heap, pin_recursion_limit
 from marketplace.notifications.rate_limit import LimitRequest, WindowLimiter
 from marketplace.storage.pool import create_pool
 from marketplace.storage.repositories import notification_deliveries as repo
@@ -47,6 +47,7 @@ FORGET_INTERVAL_SECONDS = 300.0
 class NotificationLimiterActor:
     def __init__(self, settings: dict[str, Any]) -> None:
         pin_recursion_limit()
+        freeze_start_up_heap()
         self.settings = Settings(**settings)
         self.database_url: str = settings["database_url"]
         note_restart("notification-limiter", self.settings.redis_url)

@@ -23,6 +23,7 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from marketplace.errors import HeaderTooLarge, InvalidRequest, MarketplaceError
+from marketplace.interpreter import freeze_start_up_heap
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ async def serve(
     """Serve ``app`` until SIGINT or SIGTERM, then shut down gracefully."""
     runner = JsonErrorsAppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
+    freeze_start_up_heap()
     stop = asyncio.Event()
     received: list[signal.Signals] = []
     loop = asyncio.get_running_loop()
