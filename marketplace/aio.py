@@ -92,20 +92,42 @@ class FlushLoop:
                 self._log.exception("%s: flush crashed", self.name)
 
 
+def cancellation_mark() -> int:
+    """How many cancellations of the current task are pending now (see
+    :func:`raise_if_cancelled_since`)."""
+    task = asyncio.current_task()
+    return task.cancelling() if task is not None else 0
+
+
+def raise_if_cancelled_since(mark: int) -> None:
+    """Raise ``CancelledError`` if the current task was cancelled after ``mark`` was taken.
+
+    For an await that may lose a cancellation arriving while it runs (CPython gh-86296:
+    ``asyncio.wait_for``, which redis-py sends through): it returned normally although the task
+    was cancelled meanwhile. Only a cancellation that arrived *during* the await counts, so
+    cleanup that runs while the task is already being cancelled (a ``finally`` closing pools) is
+    not cut short after its first await.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling() > mark:
+        raise asyncio.CancelledError
+
+
 async def wait_finished(task: asyncio.Future[Any]) -> None:
     """Wait until ``task`` (cancelled, or told to stop) has finished; its own cancellation is
-    its normal end and is not raised, but a cancellation of the caller is. (Not
-    ``contextlib.suppress(CancelledError)``: that also swallowed the cancellation a bounded stop
-    sends the caller, so the stop returned at its bound without a word and left the task
-    running.) Any other exception of the task is raised."""
+    its normal end and is not raised, but a cancellation of the caller that arrives meanwhile
+    is. (Not ``contextlib.suppress(CancelledError)``: that also swallowed the cancellation a
+    bounded stop sends the caller, so the stop returned at its bound without a word and left the
+    task running.) Any other exception of the task is raised."""
+    mark = cancellation_mark()
     try:
         await task
     except asyncio.CancelledError:
-        raise_if_cancelling()
+        raise_if_cancelled_since(mark)
     else:
         # A task that ignored the cancellation the caller's own one was passed on as, and then
         # ended normally: asyncio resumes the caller with the task's result.
-        raise_if_cancelling()
+        raise_if_cancelled_since(mark)
 
 
 async def cancel_and_wait(task: asyncio.Future[Any]) -> None:

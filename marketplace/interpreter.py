@@ -30,7 +30,8 @@ def freeze_start_up_heap() -> None:
     each actor at the end of its ``__init__``): the modules, models, schemas and routes loaded by
     then (hundreds of thousands of objects: Ray, web3, pydantic) live as long as the process, yet
     every full collection walked all of them, a pause taken by whichever request was running.
-    Measured with ``bench/messaging.py`` (chat sends at c=32): p99 104 ms without, 92 ms with.
+    Measured with ``bench/messaging.py`` (chat sends at c=32, alternating runs): p99 110-112 ms
+    without, 90-105 ms with.
     Not for a process that builds many apps (tests): what is frozen is never collected.
     """
     gc.freeze()

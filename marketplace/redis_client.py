@@ -5,8 +5,10 @@ Python 3.11 swallows a cancellation that arrives while the write completes (CPyt
 the command then runs on and returns normally, and a loop around it (a stream follower's XREAD
 BLOCK, say) never learns that it was cancelled. Measured: a follower cancelled right after it
 sent XREAD BLOCK 1000 returned ``[]`` a second later in 5 of 5 tries and went on reading, which
-left a stopping app waiting for its context-stop bound. This client checks for a pending
-cancellation after every command and pipeline, so a cancelled caller stops at its next command.
+left a stopping app waiting for its context-stop bound. This client raises ``CancelledError``
+after a command or pipeline during which the calling task was cancelled, so a cancelled caller
+stops there instead of reading on; a command issued while the task is already being cancelled
+(cleanup in a ``finally``) returns normally.
 """
 
 from __future__ import annotations
@@ -16,17 +18,18 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 
-from marketplace.aio import raise_if_cancelling
+from marketplace.aio import cancellation_mark, raise_if_cancelled_since
 
 
 class CancellationSafePipeline(Pipeline):
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
+        mark = cancellation_mark()
         try:
             result = await super().execute(raise_on_error)
         except Exception:
-            raise_if_cancelling()
+            raise_if_cancelled_since(mark)
             raise
-        raise_if_cancelling()
+        raise_if_cancelled_since(mark)
         return result
 
 
@@ -34,12 +37,13 @@ class Redis(aioredis.Redis):
     """``redis.asyncio.Redis`` that keeps cancellations (see the module's docstring)."""
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
+        mark = cancellation_mark()
         try:
             result = await super().execute_command(*args, **options)
         except Exception:
-            raise_if_cancelling()
+            raise_if_cancelled_since(mark)
             raise
-        raise_if_cancelling()
+        raise_if_cancelled_since(mark)
         return result
 
     def pipeline(

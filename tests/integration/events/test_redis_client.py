@@ -71,3 +71,30 @@ async def test_a_cancelled_follower_stops_after_the_read_in_flight(
 
 async def test_a_cancelled_pipeline_stops_after_the_one_in_flight(servers: Servers) -> None:
     await _cancel_three_times(servers, _pipelines, 0.0)
+
+
+async def test_commands_in_the_cleanup_of_a_cancelled_task_all_run(servers: Servers) -> None:
+    """Cleanup that talks to Redis while its task is already being cancelled (releasing a lease,
+    say) runs every command: only a cancellation arriving during a command stops the caller."""
+    client = Redis.from_url(servers.redis_url, socket_timeout=5.0)
+    try:
+        await client.delete("mkt-test:cleanup:a", "mkt-test:cleanup:b")
+
+        async def owner() -> None:
+            try:
+                await asyncio.sleep(3600)
+            finally:
+                await client.set("mkt-test:cleanup:a", "1")
+                async with client.pipeline(transaction=False) as pipe:
+                    pipe.set("mkt-test:cleanup:b", "1")
+                    await pipe.execute()
+
+        task = asyncio.create_task(owner())
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await client.get("mkt-test:cleanup:a") == b"1"
+        assert await client.get("mkt-test:cleanup:b") == b"1"
+    finally:
+        await client.aclose()

@@ -74,3 +74,28 @@ async def test_a_task_that_fails_while_stopping_raises_its_error() -> None:
     await asyncio.sleep(0)
     with pytest.raises(RuntimeError, match="cleanup failed"):
         await cancel_and_wait(task)
+
+
+async def test_cleanup_of_a_task_being_cancelled_runs_to_its_end() -> None:
+    # A `finally` that stops a helper task and then closes more (the indexer: heads, RPC client,
+    # pool) runs while its own task is being cancelled; stopping the helper must not cut it short.
+    from marketplace.aio import cancel_and_wait
+
+    closed: list[str] = []
+
+    async def owner() -> None:
+        helper = asyncio.create_task(asyncio.sleep(3600))
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            await cancel_and_wait(helper)
+            closed.append("helper")
+            await asyncio.sleep(0)
+            closed.append("pool")
+
+    task = asyncio.create_task(owner())
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert closed == ["helper", "pool"]
