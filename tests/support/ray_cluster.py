@@ -40,17 +40,28 @@ HEAD_IP, SECOND_IP = "127.0.0.2", "127.0.0.3"
 START_TIMEOUT_SECONDS = 60
 
 
-def node_ports() -> list[str]:
-    # free_port() draws from the kernel's ephemeral range: outside Ray's default worker ports
-    # (10002-19999), which the GCS port must not fall into.
-    return [
-        f"--node-manager-port={free_port()}",
-        f"--object-manager-port={free_port()}",
-        f"--dashboard-agent-listen-port={free_port()}",
-        f"--dashboard-agent-grpc-port={free_port()}",
-        f"--metrics-export-port={free_port()}",
-        f"--runtime-env-agent-port={free_port()}",
-    ]
+def node_ports(taken: set[int]) -> list[str]:
+    """Ports for one node's components, distinct from each other and from ``taken`` (which they
+    join): free_port() closes its probe socket, so two calls can return the same port (seen:
+    node manager and dashboard agent both given 57777, and `ray start` refused to start).
+
+    free_port() draws from the kernel's ephemeral range: outside Ray's default worker ports
+    (10002-19999), which the GCS port must not fall into."""
+    ports: list[int] = []
+    while len(ports) < 6:
+        port = free_port()
+        if port not in taken:
+            taken.add(port)
+            ports.append(port)
+    options = (
+        "node-manager-port",
+        "object-manager-port",
+        "dashboard-agent-listen-port",
+        "dashboard-agent-grpc-port",
+        "metrics-export-port",
+        "runtime-env-agent-port",
+    )
+    return [f"--{option}={port}" for option, port in zip(options, ports, strict=True)]
 
 
 def ray_environment(home: Path) -> dict[str, str]:
@@ -218,6 +229,7 @@ def two_node_cluster(
     nodes.home.mkdir()
     try:
         port = free_port()
+        taken = {port}
         nodes.head_address = f"{HEAD_IP}:{port}"
         nodes.start_node(
             "head",
@@ -228,7 +240,7 @@ def two_node_cluster(
                 f"--num-cpus={head_cpus}",
                 f"--resources={head_resources}",
                 "--include-dashboard=false",
-                *node_ports(),
+                *node_ports(taken),
             ],
             extra_env,
         )
@@ -239,7 +251,7 @@ def two_node_cluster(
                 f"--node-ip-address={SECOND_IP}",
                 f"--num-cpus={second_cpus}",
                 f"--resources={second_resources}",
-                *node_ports(),
+                *node_ports(taken),
             ],
             extra_env,
         )

@@ -226,7 +226,10 @@ async def deployed(
         assert placement_process.stdout is not None
         assert await read_answer(placement_process.stdout) == {"ready": True}
         for name in ("a", "b"):
+            # Distinct even if frontend a has not bound its port yet.
             port = free_port()
+            while any(f.port == port for f in frontends):
+                port = free_port()
             log = multinode_cluster.root / f"frontend-{name}.log"
             env = frontend_environment(
                 multinode_cluster, servers, multinode_devnet, namespace, port
