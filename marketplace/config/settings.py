@@ -88,7 +88,7 @@ class Settings(BaseSettings):
 
     max_body_bytes: int = Field(default=256 * 1024, ge=1024)
     # Number of shard actors hosting per-project state actors.
-    project_shards: int = Field(default=4, ge=1, le=256)
+    project_shards: int = Field(default=2, ge=1, le=256)
     # Number of shard actors serialising per-user mutations (moderation state).
     user_shards: int = Field(default=4, ge=1, le=256)
     actor_call_timeout_seconds: float = Field(default=10.0, gt=0)

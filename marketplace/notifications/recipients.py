@@ -25,6 +25,7 @@ muted or blocked (docs/notifications.md, suppression).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from marketplace.events.types import (
@@ -88,25 +89,63 @@ def _uuid(value: str) -> uuid.UUID | None:
         return None
 
 
-async def resolve(conn: Conn, event: Event) -> list[Notification]:
-    """The notifications ``event`` calls for (usually one, none if it has no recipient)."""
-    notification: Notification | None = None
+@dataclass(frozen=True)
+class _Lookups:
+    """What a batch of events needs from the database, read in one statement per kind."""
+
+    parties: dict[str, repo.ProjectParties]
+    usernames: dict[uuid.UUID, str]
+
+
+async def resolve_many(conn: Conn, events: Sequence[Event]) -> list[Notification]:
+    """The notifications ``events`` call for, in event order (usually one per event, none for an
+    event without a recipient). The projects' parties and the senders' usernames of the whole
+    batch are read in one statement each: the consumer reads hundreds of events a batch under
+    load, and a query per event made it the frontend's largest cost per chat message
+    (bench/messaging.py)."""
+    addresses = [
+        event.payload.projectAddress
+        for event in events
+        if isinstance(event, BidDraftCreated | DisputeEvidenceSubmitted | ChatMessage)
+    ]
+    senders = [
+        sender
+        for event in events
+        if isinstance(event, DmMessage) and (sender := _uuid(event.payload.senderUserId))
+    ]
+    lookups = _Lookups(
+        await repo.project_parties_many(conn, addresses), await repo.usernames(conn, senders)
+    )
+    notifications = []
+    for event in events:
+        notification = _notification(event, lookups)
+        if (
+            notification is not None
+            and notification.recipient_user_id != notification.sender_user_id
+        ):
+            notifications.append(notification)
+    return notifications
+
+
+def _notification(event: Event, lookups: _Lookups) -> Notification | None:
     if isinstance(event, BidDraftCreated):
-        notification = await _bid_draft(conn, event)
-    elif isinstance(event, DisputeEvidenceSubmitted):
-        notification = await _dispute_evidence(conn, event)
-    elif isinstance(event, ChatMessage):
-        notification = await _chat_message(conn, event)
-    elif isinstance(event, DmMessage):
-        notification = await _direct_message(conn, event)
-    if notification is None or notification.recipient_user_id == notification.sender_user_id:
-        return []
-    return [notification]
+        return _bid_draft(event, lookups)
+    if isinstance(event, DisputeEvidenceSubmitted):
+        return _dispute_evidence(event, lookups)
+    if isinstance(event, ChatMessage):
+        return _chat_message(event, lookups)
+    if isinstance(event, DmMessage):
+        return _direct_message(event, lookups)
+    return None
 
 
-async def _bid_draft(conn: Conn, event: BidDraftCreated) -> Notification | None:
+def _parties(lookups: _Lookups, project_address: str) -> repo.ProjectParties | None:
+    return lookups.parties.get(project_address.lower())
+
+
+def _bid_draft(event: BidDraftCreated, lookups: _Lookups) -> Notification | None:
     payload = event.payload
-    parties = await repo.project_parties(conn, payload.projectAddress)
+    parties = _parties(lookups, payload.projectAddress)
     if parties is None or parties.owner_user_id is None:
         return None
     return Notification(
@@ -121,9 +160,9 @@ async def _bid_draft(conn: Conn, event: BidDraftCreated) -> Notification | None:
     )
 
 
-async def _dispute_evidence(conn: Conn, event: DisputeEvidenceSubmitted) -> Notification | None:
+def _dispute_evidence(event: DisputeEvidenceSubmitted, lookups: _Lookups) -> Notification | None:
     payload = event.payload
-    parties = await repo.project_parties(conn, payload.projectAddress)
+    parties = _parties(lookups, payload.projectAddress)
     if parties is None:
         return None
     if payload.submitterRole == "owner":
@@ -147,9 +186,9 @@ async def _dispute_evidence(conn: Conn, event: DisputeEvidenceSubmitted) -> Noti
     )
 
 
-async def _chat_message(conn: Conn, event: ChatMessage) -> Notification | None:
+def _chat_message(event: ChatMessage, lookups: _Lookups) -> Notification | None:
     payload = event.payload
-    parties = await repo.project_parties(conn, payload.projectAddress)
+    parties = _parties(lookups, payload.projectAddress)
     if parties is None or parties.selected_builder_address is None:
         return None
     sender_wallet = payload.senderWalletAddress.lower()
@@ -173,13 +212,13 @@ async def _chat_message(conn: Conn, event: ChatMessage) -> Notification | None:
     )
 
 
-async def _direct_message(conn: Conn, event: DmMessage) -> Notification | None:
+def _direct_message(event: DmMessage, lookups: _Lookups) -> Notification | None:
     payload = event.payload
     recipient = _uuid(payload.recipientUserId)
     sender = _uuid(payload.senderUserId)
     if recipient is None:
         return None
-    name = await repo.username(conn, sender) if sender is not None else None
+    name = lookups.usernames.get(sender) if sender is not None else None
     return Notification(
         event_id=event.id,
         event_type=NotificationEventType.DIRECT_MESSAGE,

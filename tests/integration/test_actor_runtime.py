@@ -12,6 +12,7 @@ import ray
 from marketplace.actors.keyed_shard import shard_spec
 from marketplace.actors.runtime import ActorRestarting, stable_shard
 from marketplace.http import keys
+from marketplace.metrics import ACTOR_RESTARTS_KEY
 
 
 def test_stable_shard_is_deterministic_and_case_insensitive() -> None:
@@ -63,6 +64,14 @@ async def test_killed_shard_is_restarted_and_service_answers_again(client: Any) 
         await asyncio.sleep(0.2)
     assert after is not None and after[0]["pid"] != before[0]["pid"], statuses
     assert after[1]["pid"] == before[1]["pid"]
+    # The restarted shard counts itself in Redis a moment after it starts
+    # (marketplace/actors/restarts.py): waiting for that write keeps it out of the next test,
+    # whose reset would otherwise come first.
+    redis = client.app[keys.REDIS]
+    deadline = time.monotonic() + 20
+    while not await redis.hget(ACTOR_RESTARTS_KEY, "project-shard"):
+        assert time.monotonic() < deadline, "the restart was not counted"
+        await asyncio.sleep(0.2)
 
 
 def _recursion_limit(_actor: object) -> int:

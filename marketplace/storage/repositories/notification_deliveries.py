@@ -30,8 +30,8 @@ SELECT_NOW = "SELECT extract(epoch FROM now())::float8"
 
 # A project with its parties: the users actively linked now to the owner and selected worker
 # wallets (each one index probe on wallet_links_one_active_per_wallet), and its title if any.
-SELECT_PROJECT_PARTIES = """
-SELECT p.owner_address, p.selected_builder_address, m.title,
+SELECT_PROJECT_PARTIES_MANY = """
+SELECT p.project_address, p.owner_address, p.selected_builder_address, m.title,
        (SELECT w.user_id FROM wallet_links w
         WHERE w.wallet_address = p.owner_address AND w.revoked_at IS NULL) AS owner_user_id,
        (SELECT w.user_id FROM wallet_links w
@@ -39,7 +39,7 @@ SELECT p.owner_address, p.selected_builder_address, m.title,
            AS worker_user_id
 FROM projects p
 LEFT JOIN project_metadata m ON m.project_address = p.project_address
-WHERE p.project_address = $1
+WHERE p.project_address = ANY($1::text[])
 """
 
 # What decides whether a delivery to a recipient about something a sender did, of an event
@@ -58,7 +58,7 @@ FROM unnest($1::uuid[], $2::uuid[], $3::text[]) WITH ORDINALITY
     AS i(recipient, sender, event_type, n)
 JOIN users u ON u.user_id = i.recipient
 """
-SELECT_USERNAME = "SELECT username FROM usernames WHERE user_id = $1"
+SELECT_USERNAMES = "SELECT user_id, username FROM usernames WHERE user_id = ANY($1::uuid[])"
 
 # Many rows in one statement; RETURNING names only the rows it created.
 INSERT_DELIVERIES = """
@@ -160,17 +160,26 @@ async def transaction_time(conn: Conn) -> float:
     return float(await conn.fetchval(SELECT_NOW))
 
 
-async def project_parties(conn: Conn, project_address: str) -> ProjectParties | None:
-    row = await conn.fetchrow(SELECT_PROJECT_PARTIES, project_address.lower())
-    if row is None:
-        return None
-    return ProjectParties(
-        row["owner_address"],
-        row["selected_builder_address"],
-        row["title"],
-        row["owner_user_id"],
-        row["worker_user_id"],
+async def project_parties_many(
+    conn: Conn, project_addresses: Sequence[str]
+) -> dict[str, ProjectParties]:
+    """The parties of each indexed project among ``project_addresses``, by lower-case address,
+    in one statement (unknown projects are absent)."""
+    if not project_addresses:
+        return {}
+    rows = await conn.fetch(
+        SELECT_PROJECT_PARTIES_MANY, sorted({a.lower() for a in project_addresses})
     )
+    return {
+        row["project_address"]: ProjectParties(
+            row["owner_address"],
+            row["selected_builder_address"],
+            row["title"],
+            row["owner_user_id"],
+            row["worker_user_id"],
+        )
+        for row in rows
+    }
 
 
 async def recipient_facts_many(
@@ -231,9 +240,12 @@ async def set_jobs(conn: Conn, jobs: Sequence[tuple[uuid.UUID, int]]) -> None:
         await conn.execute(SET_JOBS, [j[0] for j in jobs], [j[1] for j in jobs])
 
 
-async def username(conn: Conn, user_id: uuid.UUID) -> str | None:
-    value = await conn.fetchval(SELECT_USERNAME, user_id)
-    return str(value) if value is not None else None
+async def usernames(conn: Conn, user_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """The usernames of those of ``user_ids`` that have one, in one statement."""
+    if not user_ids:
+        return {}
+    rows = await conn.fetch(SELECT_USERNAMES, list(set(user_ids)))
+    return {row["user_id"]: str(row["username"]) for row in rows}
 
 
 async def admitted_since(
