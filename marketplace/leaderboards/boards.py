@@ -183,13 +183,15 @@ class BoardsConsumer(OutboxLeader):
         async with conn.transaction():
             await repo.take_write_lock(conn)
             cursor, _ = await repo.consumer_cursor(conn)
-            rows = await events_repo.read_after(
-                conn, cursor, self.config.batch_size, types=CONSUMED_TYPES
+            rows, position = await events_repo.read_consumed(
+                conn, cursor, self.config.batch_size, CONSUMED_TYPES
             )
             if not rows:
+                if position > cursor:  # past other types' events, for good
+                    await repo.advance_consumer_cursor(conn, position)
                 return 0
             await apply_projects(conn, sorted(affected_projects(rows)))
-            await repo.advance_consumer_cursor(conn, rows[-1].id)
+            await repo.advance_consumer_cursor(conn, position)
         self.events += len(rows)
         return len(rows)
 

@@ -153,10 +153,12 @@ class NotificationConsumer(OutboxLeader):
         (0: none waiting). ``conn`` must hold the consumer lock (or be the only consumer)."""
         async with conn.transaction():
             cursor = await repo.consumer_cursor(conn)
-            rows = await events_repo.read_after(
-                conn, cursor, self.config.batch_size, types=CONSUMED_TYPES
+            rows, position = await events_repo.read_consumed(
+                conn, cursor, self.config.batch_size, CONSUMED_TYPES
             )
             if not rows:
+                if position > cursor:  # past other types' events, for good
+                    await repo.advance_consumer_cursor(conn, position)
                 return 0
             now = await repo.transaction_time(conn)
             notifications = await resolve_many(conn, [event_from_row(row) for row in rows])
@@ -172,7 +174,7 @@ class NotificationConsumer(OutboxLeader):
             requests = [self._request(p.notification) for p in planned if p.reason is None]
             verdicts = iter(await self.limiter.admit(requests, now) if requests else [])
             await self._write(conn, planned, verdicts)
-            await repo.advance_consumer_cursor(conn, rows[-1].id)
+            await repo.advance_consumer_cursor(conn, position)
         self.events += len(rows)
         return len(rows)
 

@@ -101,6 +101,18 @@ SELECT {COLUMNS} FROM events
 WHERE id > $1 AND ($2::bigint IS NULL OR id < $2) AND ($3::text[] IS NULL OR type = any($3))
 ORDER BY id LIMIT $4
 """
+# A consumer's next batch of its types, with how far it has looked: the newest committed id
+# (every smaller one is committed or abandoned) when the batch did not fill up. Both come from
+# one statement, hence one snapshot.
+SELECT_CONSUMED = f"""
+WITH newest AS (SELECT coalesce(max(id), 0) AS id FROM events),
+batch AS (
+    SELECT {COLUMNS} FROM events
+    WHERE id > $1 AND id <= (SELECT id FROM newest) AND type = any($2::text[])
+    ORDER BY id LIMIT $3
+)
+SELECT b.*, n.id AS newest FROM newest n LEFT JOIN batch b ON true ORDER BY b.id
+"""
 SELECT_UNRELAYED = f"""
 SELECT {COLUMNS} FROM events
 WHERE id > (SELECT coalesce(max(last_relayed_id), 0) FROM event_relay_cursor)
@@ -181,6 +193,21 @@ async def read_after(
         SELECT_AFTER, after_id, before_id, list(types) if types is not None else None, limit
     )
     return _stored(rows)
+
+
+async def read_consumed(
+    conn: Conn, after_id: int, limit: int, types: Sequence[str]
+) -> tuple[list[StoredEvent], int]:
+    """The next events of ``types`` after ``after_id`` (at most ``limit``, in id order), and the
+    position a consumer of only those types may move its cursor to: the last one's id when the
+    batch is full, else the newest committed id. A consumer whose types are rare therefore does
+    not scan the same run of other events again on every wake-up (the leaderboards consumer
+    under a flood of chat messages did, and the run only grew)."""
+    rows = await conn.fetch(SELECT_CONSUMED, after_id, list(types), limit)
+    events = [row for row in rows if row["id"] is not None]  # none: one row of NULLs
+    if len(events) == limit:
+        return _stored(events), int(events[-1]["id"])
+    return _stored(events), max(after_id, int(rows[0]["newest"]))
 
 
 async def unrelayed(conn: Connection, limit: int) -> list[StoredEvent]:

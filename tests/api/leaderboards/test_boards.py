@@ -462,3 +462,19 @@ async def test_pages_are_cached_until_the_boards_change(
     body = await board(client)
     assert [row["walletAddress"].lower() for row in body["items"]] == [a, b]
     assert body["items"][0]["totalPayoutUSDC"] == "999"
+
+
+async def test_events_of_other_types_move_the_consumer_past_them(
+    db: asyncpg.Connection, servers: Servers
+) -> None:
+    """A flood of chat messages is none of the boards' business: the consumer's cursor moves past
+    it at once, so its lag (newest event - cursor, docs/metrics.md) stays 0 and the next wake-up
+    does not read the same messages again."""
+    (worker,) = addresses(1)
+    await worker_project(db, worker, [Done(5)])
+    assert await consume(db, servers.database_url) == 1
+    for n in range(30):
+        await emit(db, EventType.CHAT_MESSAGE, random_address(), {"n": n})
+    assert await consume(db, servers.database_url) == 0
+    newest = await db.fetchval("SELECT max(id) FROM events")
+    assert await db.fetchval("SELECT last_event_id FROM leaderboard_consumer_cursor") == newest

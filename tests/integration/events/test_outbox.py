@@ -9,7 +9,7 @@ import random
 import asyncpg
 import pytest
 
-from marketplace.events.types import EventType
+from marketplace.events.types import EventType, NewEvent
 from marketplace.storage.repositories import events as repo
 from tests.integration.events.conftest import committed_ids, removal
 
@@ -125,4 +125,76 @@ async def test_concurrent_producers_never_show_a_smaller_id_after_a_larger_one(
     await asyncio.wait_for(observer, 30)
     committed = await committed_ids(pool)
     assert len(committed) > producers * rounds // 2
+    assert seen == committed
+
+
+def reorg(i: int) -> NewEvent:
+    """An event of another type than :func:`removal`'s."""
+    return NewEvent(EventType.CHAIN_REORG, "chain", {"forkBlock": i})
+
+
+REMOVED = [str(EventType.PROJECT_REMOVED)]
+
+
+async def test_a_consumer_of_some_types_moves_its_cursor_past_the_others(
+    pool: asyncpg.Pool,
+) -> None:
+    async with pool.acquire() as conn, conn.transaction():
+        others = await repo.append(conn, [reorg(i) for i in range(3)])
+    # Nothing of its types: it may still move past the three others, for good.
+    assert await repo.read_consumed(pool, 0, 10, REMOVED) == ([], others[-1])
+    async with pool.acquire() as conn, conn.transaction():
+        ids = await repo.append(conn, [removal(1), reorg(4), removal(2), removal(3), reorg(5)])
+    rows, position = await repo.read_consumed(pool, others[-1], 10, REMOVED)
+    assert [r.id for r in rows] == [ids[0], ids[2], ids[3]]
+    assert position == ids[-1]  # the batch did not fill up: up to the newest event
+    rows, position = await repo.read_consumed(pool, others[-1], 2, REMOVED)
+    assert [r.id for r in rows] == [ids[0], ids[2]]
+    assert position == ids[2]  # a full batch: no further than its last event
+    # A position never goes back.
+    assert await repo.read_consumed(pool, ids[-1] + 100, 10, REMOVED) == ([], ids[-1] + 100)
+
+
+async def test_a_consumer_of_some_types_misses_none_under_concurrent_producers(
+    pool: asyncpg.Pool,
+) -> None:
+    """Moving past other types' events must never pass an event of its types that commits
+    later: the same check as above, for a consumer that skips most events."""
+    producers, rounds = 6, 25
+    seen: list[int] = []
+    done = asyncio.Event()
+
+    async def produce(worker: int) -> None:
+        rng = random.Random(worker)
+        for n in range(rounds):
+            with contextlib.suppress(asyncpg.DivisionByZeroError):
+                async with pool.acquire() as conn, conn.transaction():
+                    await conn.execute("SELECT pg_sleep($1)", rng.random() * 0.004)
+                    kinds = [removal if rng.random() < 0.2 else reorg for _ in range(3)]
+                    await repo.append(conn, [kind(n) for kind in kinds])
+                    if rng.random() < 0.1:
+                        await conn.execute("SELECT 1/0")
+
+    async def observe() -> None:
+        position = 0
+        while True:
+            finished = done.is_set()
+            rows, position_now = await repo.read_consumed(pool, position, 7, REMOVED)
+            assert position_now >= position
+            seen.extend(row.id for row in rows)
+            moved = position_now != position
+            position = position_now
+            if finished and not rows and not moved:
+                return
+            await asyncio.sleep(0.001)
+
+    observer = asyncio.create_task(observe())
+    await asyncio.gather(*(produce(w) for w in range(producers)))
+    done.set()
+    await asyncio.wait_for(observer, 30)
+    committed = [
+        row["id"]
+        for row in await pool.fetch("SELECT id FROM events WHERE type = $1 ORDER BY id", REMOVED[0])
+    ]
+    assert len(committed) > 10
     assert seen == committed
