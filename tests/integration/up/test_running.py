@@ -96,7 +96,11 @@ def test_a_dependency_that_dies_is_restarted_on_its_port(running_up: UpRun) -> N
     assert ports == [port]
     wait_for(lambda: http(f"{running_up.url}/v1/health/ready")[0] == 200, 60, "readiness")
     assert "embedded redis exited; restarting it" in running_up.log_messages()
-    assert "embedded redis restarted" in running_up.log_messages()
+    # The supervisor logs the restart when the new server's start() returns; the app can be
+    # ready again (it reconnects as soon as the port answers) before that.
+    wait_for(
+        lambda: "embedded redis restarted" in running_up.log_messages(), 30, "the restart's log"
+    )
 
 
 def test_lost_ray_runtime_degrades_to_503_and_recovers(running_up: UpRun) -> None:
