@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import asyncpg
 import pytest
@@ -86,27 +88,42 @@ async def test_a_second_producer_waits_until_the_first_commits(pool: asyncpg.Poo
         await pool.release(b)
 
 
-async def test_concurrent_producers_never_show_a_smaller_id_after_a_larger_one(
-    pool: asyncpg.Pool,
+Batch = Callable[[random.Random, int], list[NewEvent]]
+Observer = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
+
+
+async def race_producers(
+    pool: asyncpg.Pool, producers: int, rounds: int, batch: Batch, observe: Observer
 ) -> None:
-    """A reader that only asks for ``id > last seen`` must end up with every committed id: any
-    id committed after a larger one was visible would be skipped for good."""
-    producers, rounds = 8, 25
-    seen: list[int] = []
-    done = asyncio.Event()
+    """``producers`` concurrent producers, ``rounds`` transactions each: work of random length,
+    then the events ``batch`` makes (last, as producers must), and one in ten failing at
+    commit time (a hole); ``observe`` reads meanwhile until told that production is done."""
 
     async def produce(worker: int) -> None:
         rng = random.Random(worker)
         for n in range(rounds):
             with contextlib.suppress(asyncpg.DivisionByZeroError):
                 async with pool.acquire() as conn, conn.transaction():
-                    # Work of random length before the events, which come last.
                     await conn.execute("SELECT pg_sleep($1)", rng.random() * 0.004)
-                    await repo.append(conn, [removal(n) for _ in range(rng.randint(1, 3))])
+                    await repo.append(conn, batch(rng, n))
                     if rng.random() < 0.1:
                         await conn.execute("SELECT 1/0")  # fails at commit time: a hole
 
-    async def observe() -> None:
+    done = asyncio.Event()
+    observer = asyncio.create_task(observe(done))
+    await asyncio.gather(*(produce(w) for w in range(producers)))
+    done.set()
+    await asyncio.wait_for(observer, 30)
+
+
+async def test_concurrent_producers_never_show_a_smaller_id_after_a_larger_one(
+    pool: asyncpg.Pool,
+) -> None:
+    """A reader that only asks for ``id > last seen`` must end up with every committed id: any
+    id committed after a larger one was visible would be skipped for good."""
+    seen: list[int] = []
+
+    async def observe(done: asyncio.Event) -> None:
         last = 0
         while True:
             finished = done.is_set()
@@ -119,10 +136,11 @@ async def test_concurrent_producers_never_show_a_smaller_id_after_a_larger_one(
                 return
             await asyncio.sleep(0.001)
 
-    observer = asyncio.create_task(observe())
-    await asyncio.gather(*(produce(w) for w in range(producers)))
-    done.set()
-    await asyncio.wait_for(observer, 30)
+    def batch(rng: random.Random, n: int) -> list[NewEvent]:
+        return [removal(n) for _ in range(rng.randint(1, 3))]
+
+    producers, rounds = 8, 25
+    await race_producers(pool, producers, rounds, batch, observe)
     committed = await committed_ids(pool)
     assert len(committed) > producers * rounds // 2
     assert seen == committed
@@ -160,22 +178,9 @@ async def test_a_consumer_of_some_types_misses_none_under_concurrent_producers(
 ) -> None:
     """Moving past other types' events must never pass an event of its types that commits
     later: the same check as above, for a consumer that skips most events."""
-    producers, rounds = 6, 25
     seen: list[int] = []
-    done = asyncio.Event()
 
-    async def produce(worker: int) -> None:
-        rng = random.Random(worker)
-        for n in range(rounds):
-            with contextlib.suppress(asyncpg.DivisionByZeroError):
-                async with pool.acquire() as conn, conn.transaction():
-                    await conn.execute("SELECT pg_sleep($1)", rng.random() * 0.004)
-                    kinds = [removal if rng.random() < 0.2 else reorg for _ in range(3)]
-                    await repo.append(conn, [kind(n) for kind in kinds])
-                    if rng.random() < 0.1:
-                        await conn.execute("SELECT 1/0")
-
-    async def observe() -> None:
+    async def observe(done: asyncio.Event) -> None:
         position = 0
         while True:
             finished = done.is_set()
@@ -188,10 +193,10 @@ async def test_a_consumer_of_some_types_misses_none_under_concurrent_producers(
                 return
             await asyncio.sleep(0.001)
 
-    observer = asyncio.create_task(observe())
-    await asyncio.gather(*(produce(w) for w in range(producers)))
-    done.set()
-    await asyncio.wait_for(observer, 30)
+    def batch(rng: random.Random, n: int) -> list[NewEvent]:
+        return [(removal if rng.random() < 0.2 else reorg)(n) for _ in range(3)]
+
+    await race_producers(pool, 6, 25, batch, observe)
     committed = [
         row["id"]
         for row in await pool.fetch("SELECT id FROM events WHERE type = $1 ORDER BY id", REMOVED[0])
