@@ -59,6 +59,19 @@ class OutboxLeader(abc.ABC):
     async def between(self, conn: asyncpg.Connection) -> None:  # noqa: B027 - an optional hook
         """Called after a round that left nothing waiting, before waiting for a wake-up."""
 
+    @staticmethod
+    async def after_batch(read: int, batch_size: int, gather_seconds: float) -> bool:
+        """What :meth:`work` answers after reading ``read`` events in batches of ``batch_size``:
+        a full batch goes again at once; after a partial one, events gather ``gather_seconds``
+        first. Every producing commit wakes the leader, so under a steady stream of commits
+        this makes batches grow instead of costing a round per commit, while an event that finds
+        the leader idle still goes at once."""
+        if read >= batch_size:
+            return True
+        if read:
+            await asyncio.sleep(gather_seconds)
+        return False
+
     async def run(self) -> None:
         """Until cancelled; failures are logged and retried with backoff."""
         backoff = self.poll_interval

@@ -111,10 +111,9 @@ class EventRelay(OutboxLeader):
         if not batch:
             return False
         await self._relay(conn, batch)
-        if len(batch) == self.config.batch_size:
-            return True
-        await asyncio.sleep(self.config.batch_interval)
-        return False
+        return await self.after_batch(
+            len(batch), self.config.batch_size, self.config.batch_interval
+        )
 
     async def between(self, conn: asyncpg.Connection) -> None:
         loop = asyncio.get_running_loop()
