@@ -542,6 +542,11 @@ class RunResult:
     server_cpu_us_per_req: float
     system_cpu_us_per_req: float
     cpu_us_per_req_by_group: dict[str, float]
+    # The load generator (this process: its HTTP client and the backend sampler); not in the
+    # system figure, but it shares the same cores.
+    client_cpu_us_per_req: float
+    # The whole machine over the window: idle and stolen percent of its CPU time.
+    machine: dict[str, float]
     statuses: dict[str, int]
     # ours only: the app's own histograms over the measured window (its /metrics)
     app_histograms: dict[str, dict[str, float | None]] | None
@@ -632,6 +637,8 @@ class Measured:
     app_histograms: dict[str, dict[str, float | None]] | None
     backends: dict[str, Any]
     started_at: float  # Unix time the measured window began
+    client_cpu: float  # CPU seconds of this process (the load generator) in the window
+    machine: dict[str, float]  # machine_shares over the window
 
 
 async def drive(
@@ -673,17 +680,23 @@ async def drive(
         sampler = asyncio.create_task(sample_backends(dsn, stop_sampling))
         meter.start()
         started_at = time.time()
+        client_before = time.process_time()
+        ticks_before = machine_ticks()
         started = time.perf_counter()
         stop_at = started + duration
         await asyncio.gather(*(worker(stop_at, True) for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
+        client_cpu = time.process_time() - client_before
+        machine = machine_shares(ticks_before, machine_ticks())
         cpu = meter.stop()
         stop_sampling.set()
         backends = await sampler
         split = None
         if histograms is not None:
             split = histogram_delta(await app_histograms(server), histograms)
-    return Measured(counter, latencies, statuses, elapsed, cpu, split, backends, started_at)
+    return Measured(
+        counter, latencies, statuses, elapsed, cpu, split, backends, started_at, client_cpu, machine
+    )
 
 
 async def prime(servers: list[Server], plan: list[Send], within: float = 120) -> None:
@@ -1018,6 +1031,25 @@ def checkpoint_lines(log: Path) -> list[str]:
     return [line for line in lines if "checkpoint" in line][-50:]
 
 
+def machine_ticks() -> list[int]:
+    """The machine's CPU time by kind since boot (``/proc/stat``'s ``cpu`` line: user, nice,
+    system, idle, iowait, irq, softirq, steal, ...), in clock ticks."""
+    with open("/proc/stat") as stat:
+        return [int(x) for x in stat.readline().split()[1:]]
+
+
+def machine_shares(before: list[int], after: list[int]) -> dict[str, float]:
+    """Percent of the machine's CPU time between two ``machine_ticks``: idle (idle + iowait)
+    and stolen (``steal``: time the hypervisor ran something else while this VM wanted a CPU,
+    the one thing here that makes a round slow without any process of the run using more)."""
+    delta = [b - a for a, b in zip(before, after, strict=False)]
+    total = sum(delta[:8]) or 1
+    return {
+        "idle_percent": round((delta[3] + delta[4]) / total * 100, 1),
+        "steal_percent": round(delta[7] / total * 100, 1),
+    }
+
+
 def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -1144,6 +1176,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     server_cpu_us_per_req=per_req[server.name],
                     system_cpu_us_per_req=round(sum(per_req.values()), 1),
                     cpu_us_per_req_by_group=per_req,
+                    client_cpu_us_per_req=round(run_.client_cpu / max(requests, 1) * 1e6, 1),
+                    machine=run_.machine,
                     statuses=statuses,
                     app_histograms=run_.app_histograms,
                     backends=run_.backends,
@@ -1154,7 +1188,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     f"  round {result.round} {server.name:<16} {result.req_per_s:>7.1f} req/s  "
                     f"p50 {result.p50_ms:>6.1f} ms  p99 {result.p99_ms:>6.1f} ms  "
                     f"cpu {result.server_cpu_us_per_req:>5.0f} us/req "
-                    f"(system {result.system_cpu_us_per_req:>5.0f})  "
+                    f"(system {result.system_cpu_us_per_req:>5.0f}, "
+                    f"client {result.client_cpu_us_per_req:>5.0f})  "
+                    f"idle {result.machine['idle_percent']:>4.1f}% "
+                    f"steal {result.machine['steal_percent']:>4.1f}%  "
                     f"lock waiters {result.backends['events_lock_waiters']:>4.1f}  "
                     f"errors {result.errors}",
                     flush=True,

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Collection, Mapping
-from typing import Any, cast
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 import asyncpg
 import redis.asyncio as aioredis
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_STREAM = "marketplace:events"
 PAGE = 500
+T = TypeVar("T")
 # (entry id, fields) as redis-py returns them: bytes or str, depending on the client.
 StreamEntries = list[tuple[bytes | str, dict[Any, Any]]]
 
@@ -83,6 +85,23 @@ def event_from_row(row: repo.StoredEvent) -> Event:
     return _parsed(row.id, row.type, row.subject, row.created_at, row.payload)
 
 
+@dataclass(frozen=True, slots=True)
+class EventHead:
+    """An event's id, type and subject, without its payload (``subscribe_heads``)."""
+
+    id: int
+    type: str
+    subject: str
+
+
+def head_from_entry(event_id: int, fields: Mapping[str, str]) -> EventHead:
+    return EventHead(event_id, fields["type"], fields["subject"])
+
+
+def head_from_row(row: repo.StoredEvent) -> EventHead:
+    return EventHead(row.id, row.type, row.subject)
+
+
 class EventStream:
     """Subscribe to, and read back, the change events of one deployment."""
 
@@ -128,6 +147,23 @@ class EventStream:
         """Every committed event with ``id > after_id`` (of ``types`` if given), in id order,
         then new ones as they are relayed; runs until the caller stops iterating."""
         wanted = frozenset(types) if types is not None else None
+        async for event in self._follow(wanted, after_id, event_from_entry, event_from_row):
+            yield event
+
+    async def subscribe_heads(self, after_id: int = 0) -> AsyncGenerator[EventHead, None]:
+        """:meth:`subscribe` to every type, without the payloads: for a consumer that acts on
+        an event's type and subject alone and must see every id (to know how far it is), so
+        that it does not decode and validate each payload only to drop it."""
+        async for head in self._follow(None, after_id, head_from_entry, head_from_row):
+            yield head
+
+    async def _follow(
+        self,
+        wanted: frozenset[str] | None,
+        after_id: int,
+        from_entry: Callable[[int, Mapping[str, str]], T],
+        from_row: Callable[[repo.StoredEvent], T],
+    ) -> AsyncGenerator[T, None]:
         last = after_id
         first = await self._first_stream_id()
         if first is None or first > last + 1:
@@ -135,8 +171,8 @@ class EventStream:
             # first entry, or (empty stream) up to the newest event now; commit order makes
             # that bound final (no smaller id can commit later).
             bound = first if first is not None else await repo.last_id(self.pool) + 1
-            async for event in self._from_postgres(last, bound, wanted):
-                yield event
+            async for row in self._rows_from_postgres(last, bound, wanted):
+                yield from_row(row)
             last = max(last, bound - 1)
         while True:
             reply = cast(
@@ -151,12 +187,12 @@ class EventStream:
                     if event_id <= last:
                         continue
                     if event_id > last + 1:
-                        async for event in self._from_postgres(last, event_id, wanted):
-                            yield event
+                        async for row in self._rows_from_postgres(last, event_id, wanted):
+                            yield from_row(row)
                     last = event_id
                     fields = {_text(k): _text(v) for k, v in raw.items()}
                     if wanted is None or fields["type"] in wanted:
-                        yield event_from_entry(event_id, fields)
+                        yield from_entry(event_id, fields)
 
     async def replay(
         self, after_id: int, through_id: int, types: Collection[str] | None = None
@@ -199,6 +235,12 @@ class EventStream:
         self, after_id: int, before_id: int | None, wanted: frozenset[str] | None
     ) -> AsyncIterator[Event]:
         """Every committed event strictly between the two ids (of ``wanted``), page by page."""
+        async for row in self._rows_from_postgres(after_id, before_id, wanted):
+            yield event_from_row(row)
+
+    async def _rows_from_postgres(
+        self, after_id: int, before_id: int | None, wanted: frozenset[str] | None
+    ) -> AsyncIterator[repo.StoredEvent]:
         cursor = after_id
         while True:
             rows = await repo.read_after(
@@ -209,7 +251,7 @@ class EventStream:
                 types=sorted(wanted) if wanted is not None else None,
             )
             for row in rows:
-                yield event_from_row(row)
+                yield row
             if len(rows) < self.page:
                 return
             cursor = rows[-1].id

@@ -36,8 +36,8 @@ from aiohttp import web
 
 from marketplace.aio import raise_if_cancelling, wait_finished
 from marketplace.config import Settings
-from marketplace.events.consumer import EventStream
-from marketplace.events.types import Event, UnknownEvent
+from marketplace.events.consumer import EventHead, EventStream
+from marketplace.events.types import EventType
 from marketplace.http import keys
 from marketplace.metrics import (
     READ_CACHE_BYTES,
@@ -66,6 +66,7 @@ PROJECT_TYPES = frozenset(
 # Events after which nothing cached can be trusted.
 CLEAR_TYPES = frozenset({"chain.reorg"})
 CONSUMED_TYPES = PROJECT_TYPES | CLEAR_TYPES
+KNOWN_TYPES = frozenset(str(t) for t in EventType)
 
 # Probes per max_lag: a missed or slow probe or two does not yet stop the cache from serving.
 PROBE_DIVISOR = 5
@@ -266,11 +267,12 @@ class ReadCache:
         READ_CACHE_INVALIDATIONS.labels(reason).inc()
         self._gauge()
 
-    def apply(self, event: Event) -> None:
-        """Apply one change event (any type; those that change no read are ignored)."""
+    def apply(self, event: EventHead) -> None:
+        """Apply one change event (any type; those that change no read are ignored). The type
+        and subject say everything the cache needs: it never reads a payload."""
         if event.type in PROJECT_TYPES:
             self.invalidate_project(event.subject.lower(), event.type)
-        elif event.type in CLEAR_TYPES or isinstance(event, UnknownEvent):
+        elif event.type in CLEAR_TYPES or event.type not in KNOWN_TYPES:
             # Unknown: a type newer than this code may change a read; be safe.
             self.clear(event.type if event.type in CLEAR_TYPES else "unknown_event")
 
@@ -310,7 +312,7 @@ class ReadCache:
         backoff = 0.1
         while True:
             try:
-                followed = self.events.subscribe(None, self.position)
+                followed = self.events.subscribe_heads(self.position)
                 async with contextlib.aclosing(followed) as events:
                     self.following = True
                     async for event in events:

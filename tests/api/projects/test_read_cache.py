@@ -440,3 +440,39 @@ async def test_the_cache_is_bounded_in_bytes(
     assert 0 < cache.bytes <= 64 * 1024
     assert len(cache.entries) < 100
     assert len(cache.entries) * (len(body) + 400) >= 64 * 1024 - 2 * (len(body) + 400)
+
+
+async def test_the_follower_skips_other_types_and_clears_everything_on_an_unknown_type(
+    make_client: AppFactory, conn: asyncpg.Connection
+) -> None:
+    """The follower acts on each event's type and subject (it never parses a payload): a chat
+    message about a cached project changes nothing cached, a type newer than this code clears
+    the whole cache, since it may change any read."""
+    client = await make_client(**LONG_AGE)
+    raw, address = await titled_project(conn)
+    path = f"/v1/projects/{address}"
+    assert await title(client, path) == "Before"
+    key = ("getProject", raw, True)
+    assert key in cache_of(client).entries
+
+    async def followed(event_id: int) -> bool:
+        return cache_of(client).position >= event_id
+
+    async with conn.transaction():
+        # A chat message's payload is not even well-formed here: nothing reads it.
+        (chat,) = await events_repo.append(
+            conn, [NewEvent(type=EventType.CHAT_MESSAGE, subject=raw, payload={})]
+        )
+    await eventually(lambda: followed(chat))
+    assert key in cache_of(client).entries
+    await conn.execute(SET_TITLE, raw, "Silent")
+    assert await title(client, path) == "Before"  # still served from memory
+
+    async with conn.transaction():
+        (future,) = await events_repo.append(
+            conn, [NewEvent(type=EventType.CHAT_MESSAGE, subject=raw, payload={})]
+        )
+        await conn.execute("UPDATE events SET type = 'future.thing' WHERE id = $1", future)
+    await eventually(lambda: followed(future))
+    assert key not in cache_of(client).entries
+    assert await title(client, path) == "Silent"

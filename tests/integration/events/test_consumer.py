@@ -10,7 +10,7 @@ import random
 import asyncpg
 import redis.asyncio as aioredis
 
-from marketplace.events.consumer import EventStream
+from marketplace.events.consumer import EventHead, EventStream
 from marketplace.events.types import (
     ChainReorg,
     EventType,
@@ -231,3 +231,36 @@ async def test_replay_reads_a_bounded_range_from_the_stream_and_postgres_and_sto
     # Just committed (relayed or not yet): read wherever they are; replay never waits for more.
     later = await produce(pool, 2)
     assert await asyncio.wait_for(replayed(ids[-3], later[-1]), 5) == [*ids[-2:], *later]
+
+
+async def test_subscribe_heads_yields_every_id_in_order_with_type_and_subject_only(
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    start_relay: RelayStarter,
+    stream: EventStream,
+) -> None:
+    """Heads come from the stream and, for an entry Redis lost, from Postgres; a type this code
+    does not know and a payload its model refuses are passed on as heads like any other."""
+    ids = await produce(pool, 6)
+    async with pool.acquire() as conn, conn.transaction():
+        unknown, malformed = await repo.append(conn, [removal(0), removal(1)])
+        await conn.execute("UPDATE events SET type = 'future.thing' WHERE id = $1", unknown)
+        await conn.execute("UPDATE events SET payload = '{}' WHERE id = $1", malformed)
+    everything = [*ids, unknown, malformed]
+    await start_relay()
+    await wait_relayed(pool, malformed)
+    await redis.xdel(STREAM, f"{ids[2]}-0")
+    stored = {row.id: row for row in await repo.read_after(pool, 0, 100)}
+
+    heads: list[EventHead] = []
+    async with contextlib.aclosing(stream.subscribe_heads(ids[0])) as followed:
+        async for head in followed:
+            heads.append(head)
+            if len(heads) == len(everything) - 1:
+                break
+    assert [h.id for h in heads] == everything[1:]
+    assert all(isinstance(h, EventHead) for h in heads)
+    assert [(h.type, h.subject) for h in heads] == [
+        (stored[i].type, stored[i].subject) for i in everything[1:]
+    ]
+    assert heads[-2].type == "future.thing"
