@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -15,6 +16,7 @@ import asyncpg
 import pytest
 
 from marketplace.jobs import JobContext, LeaseLost, QueueSpec, enqueue
+from marketplace.jobs.metrics import CachedSnapshot
 from marketplace.jobs.model import Backoff
 from marketplace.jobs.worker import JobWorker, WorkerConfig, job_from_row
 from marketplace.storage.pool import Connection
@@ -571,3 +573,23 @@ async def test_the_listener_reconnects_after_its_connection_is_killed(
         await wait_until(lambda: _true(QUEUE in woken), 5, "notified after reconnecting")
     finally:
         await listener.close()
+
+
+async def test_metrics_read_gives_up_when_postgres_does_not_answer_in_time(
+    pool: asyncpg.Pool,
+) -> None:
+    """A scrape must not hang on the queue's figures: with the jobs table locked (a stuck
+    migration, a server that stopped answering), the read fails after its timeout, and
+    answers again once the table is free."""
+    await enqueue(pool, QUEUE, {})
+    cache = CachedSnapshot(0, read_timeout=0.3)
+    figures = await cache.refresh(pool, None, [QUEUE])
+    assert figures.depth[(QUEUE, "queued")] == 1.0
+    async with pool.acquire() as holder, holder.transaction():
+        await holder.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await cache.refresh(pool, None, [QUEUE])
+        assert time.monotonic() - started < 2.0
+    figures = await cache.refresh(pool, None, [QUEUE])
+    assert figures.depth[(QUEUE, "queued")] == 1.0
