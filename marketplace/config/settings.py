@@ -87,8 +87,10 @@ class Settings(BaseSettings):
     metrics_allow: str = ""
 
     max_body_bytes: int = Field(default=256 * 1024, ge=1024)
-    # Number of shard actors hosting per-project state actors.
-    project_shards: int = Field(default=2, ge=1, le=256)
+    # Number of shard actors hosting per-project state actors. One suits a single small machine
+    # (bench/README.md, "Messaging": on 2 cores one shard takes bigger batches per Ray call
+    # than two); deployments set one or two per spare core of each worker node.
+    project_shards: int = Field(default=1, ge=1, le=256)
     # Number of shard actors serialising per-user mutations (moderation state).
     user_shards: int = Field(default=4, ge=1, le=256)
     actor_call_timeout_seconds: float = Field(default=10.0, gt=0)
