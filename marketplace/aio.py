@@ -44,6 +44,13 @@ async def wait_event(event: asyncio.Event, seconds: float | None) -> None:
         await event.wait()
 
 
+async def within(seconds: float, read: Awaitable[T]) -> T:
+    """``read``'s result, or TimeoutError after ``seconds`` (``asyncio.timeout``, not
+    ``wait_for``: see :func:`wait_event`)."""
+    async with asyncio.timeout(seconds):
+        return await read
+
+
 class FlushLoop:
     """The background loop of a write-behind buffer: ``flush`` every ``interval`` seconds, or as
     soon as :meth:`wake` says a batch is full; a crash of one flush is logged, never fatal.

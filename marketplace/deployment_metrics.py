@@ -25,9 +25,9 @@ from typing import TypeVar
 import asyncpg
 import redis.asyncio as aioredis
 
-from marketplace.aio import AtMostEvery
+from marketplace.aio import AtMostEvery, within
 from marketplace.indexer.health import freshness
-from marketplace.metrics import ACTOR_RESTARTS_KEY
+from marketplace.metrics import ACTOR_RESTARTS_KEY, SOURCE_READ_TIMEOUT_SECONDS
 from marketplace.storage.pool import Row
 from marketplace.storage.repositories import metrics as repo
 from marketplace.verifier.policy import PolicyId
@@ -38,9 +38,6 @@ T = TypeVar("T")
 ACTOR_KINDS = ("project-shard", "user-shard", "indexer", "job-worker", "notification-limiter")
 VERIFIER_STATUSES = ("queued", "running", "completed", "failed")
 DELIVERY_STATUSES = ("queued", "sent", "failed", "rate_limited", "suppressed")
-# Each source's read gives up after this long (a pool waiting to connect to a dead server would
-# otherwise hold the scrape past Prometheus' own 10 s timeout); its last values are exported.
-READ_TIMEOUT_SECONDS = 5.0
 
 
 def _verifier_zeros() -> dict[tuple[str, str], float]:
@@ -112,7 +109,7 @@ def restart_figures(fields: dict[str, str]) -> dict[str, float]:
 
 
 async def _bounded(read: Awaitable[T]) -> T:
-    return await asyncio.wait_for(read, READ_TIMEOUT_SECONDS)
+    return await within(SOURCE_READ_TIMEOUT_SECONDS, read)
 
 
 def _text(value: str | bytes) -> str:

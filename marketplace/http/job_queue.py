@@ -17,7 +17,7 @@ from marketplace.capabilities import CAPABILITIES, Capability, resolve
 from marketplace.http import keys
 from marketplace.jobs.metrics import CachedSnapshot
 from marketplace.jobs.registry import JobRegistry
-from marketplace.metrics import JOB_METRICS
+from marketplace.metrics import JOB_METRICS, SOURCE_READ_TIMEOUT_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,9 @@ async def job_workers(app: web.Application) -> AsyncIterator[None]:
         count = workers.start()
         log.info("job workers started", extra={"workers": count})
     app[keys.JOB_WORKERS] = workers
-    app[_METRICS_CACHE] = CachedSnapshot(app[keys.SETTINGS].jobs_metrics_cache_seconds)
+    app[_METRICS_CACHE] = CachedSnapshot(
+        app[keys.SETTINGS].jobs_metrics_cache_seconds, read_timeout=SOURCE_READ_TIMEOUT_SECONDS
+    )
     yield
 
 

@@ -37,7 +37,7 @@ from aiohttp import web
 from marketplace.aio import raise_if_cancelling, wait_finished
 from marketplace.config import Settings
 from marketplace.events.consumer import EventHead, EventStream
-from marketplace.events.types import EventType
+from marketplace.events.types import EVENT_MODELS
 from marketplace.http import keys
 from marketplace.metrics import (
     READ_CACHE_BYTES,
@@ -66,7 +66,6 @@ PROJECT_TYPES = frozenset(
 # Events after which nothing cached can be trusted.
 CLEAR_TYPES = frozenset({"chain.reorg"})
 CONSUMED_TYPES = PROJECT_TYPES | CLEAR_TYPES
-KNOWN_TYPES = frozenset(str(t) for t in EventType)
 
 # Probes per max_lag: a missed or slow probe or two does not yet stop the cache from serving.
 PROBE_DIVISOR = 5
@@ -272,7 +271,7 @@ class ReadCache:
         and subject say everything the cache needs: it never reads a payload."""
         if event.type in PROJECT_TYPES:
             self.invalidate_project(event.subject.lower(), event.type)
-        elif event.type in CLEAR_TYPES or event.type not in KNOWN_TYPES:
+        elif event.type in CLEAR_TYPES or event.type not in EVENT_MODELS:
             # Unknown: a type newer than this code may change a read; be safe.
             self.clear(event.type if event.type in CLEAR_TYPES else "unknown_event")
 

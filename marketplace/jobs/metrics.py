@@ -16,7 +16,6 @@ increments of the last second; jobs never wait for metrics.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections import defaultdict
@@ -26,16 +25,12 @@ from dataclasses import dataclass, field
 import asyncpg
 import redis.asyncio as aioredis
 
-from marketplace.aio import AtMostEvery, FlushLoop
+from marketplace.aio import AtMostEvery, FlushLoop, within
 from marketplace.storage.repositories import jobs as repo
 
 log = logging.getLogger(__name__)
 
 METRICS_KEY = "marketplace:jobs:metrics"
-# A read of the figures gives up after this long: a pool waiting on a dead or locked server
-# would otherwise hold the scrape past Prometheus' own 10 s timeout (the last figures are
-# exported meanwhile), as for the deployment figures (marketplace/deployment_metrics.py).
-READ_TIMEOUT_SECONDS = 5.0
 # queued -> running: seconds from becoming due to being claimed.
 WAIT_BUCKETS: tuple[float, ...] = (
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600,
@@ -205,7 +200,7 @@ class CachedSnapshot:
     """The frontend's view, refreshed at most every ``max_age`` seconds however often
     Prometheus (or several Prometheus servers) scrape."""
 
-    def __init__(self, max_age: float, read_timeout: float = READ_TIMEOUT_SECONDS) -> None:
+    def __init__(self, max_age: float, *, read_timeout: float) -> None:
         self._latest = AtMostEvery(max_age, JobMetricsSnapshot())
         self.read_timeout = read_timeout
 
@@ -214,11 +209,6 @@ class CachedSnapshot:
     ) -> JobMetricsSnapshot:
         """The current figures; ``TimeoutError`` when they take longer than ``read_timeout``
         (the caller keeps exporting the last ones)."""
-        return await self._latest.get(lambda: self._read(pool, redis, queues))
-
-    async def _read(
-        self, pool: asyncpg.Pool, redis: aioredis.Redis | None, queues: Iterable[str]
-    ) -> JobMetricsSnapshot:
-        # asyncio.timeout, not wait_for: see marketplace.aio.wait_event.
-        async with asyncio.timeout(self.read_timeout):
-            return await read_snapshot(pool, redis, queues)
+        return await self._latest.get(
+            lambda: within(self.read_timeout, read_snapshot(pool, redis, queues))
+        )
