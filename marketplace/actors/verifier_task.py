@@ -18,7 +18,7 @@ import ray
 from marketplace.config import Settings
 from marketplace.verifier.evidence import evidence_hash
 from marketplace.verifier.policies import run_policy
-from marketplace.verifier.policy import PolicyContext, PolicyId
+from marketplace.verifier.policy import PolicyContext, PolicyId, PolicySettings
 
 
 def _run(settings_values: dict[str, Any], policy: str, delivery_ref: str) -> dict[str, Any]:
@@ -26,7 +26,9 @@ def _run(settings_values: dict[str, Any], policy: str, delivery_ref: str) -> dic
 
     async def main() -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="verify-") as work_dir:
-            context = PolicyContext(settings, settings.chain_rpc_url, Path(work_dir))
+            context = PolicyContext(
+                PolicySettings.from_settings(settings), settings.chain_rpc_url, Path(work_dir)
+            )
             outcome = await run_policy(PolicyId(policy), delivery_ref, context)
         return {
             "passes": outcome.passes,

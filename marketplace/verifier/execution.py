@@ -28,7 +28,12 @@ from marketplace.storage.repositories import verifier_jobs as repo
 from marketplace.verifier.attestation import NonceAlreadyUsed, Signer, attest
 from marketplace.verifier.evidence import NotCanonical, evidence_hash
 from marketplace.verifier.policies import run_policy
-from marketplace.verifier.policy import InvalidDeliveryRef, PolicyContext, PolicyId
+from marketplace.verifier.policy import (
+    InvalidDeliveryRef,
+    PolicyContext,
+    PolicyId,
+    PolicySettings,
+)
 
 RPC_TIMEOUT_SECONDS = 20.0
 
@@ -57,7 +62,9 @@ async def run_verifier_job(ctx: JobContext) -> None:
     rpc = JsonRpcClient(settings.chain_rpc_url, timeout_s=RPC_TIMEOUT_SECONDS)
     try:
         with tempfile.TemporaryDirectory(prefix="verifier-") as work_dir:
-            context = PolicyContext(settings, settings.chain_rpc_url, Path(work_dir))
+            context = PolicyContext(
+                PolicySettings.from_settings(settings), settings.chain_rpc_url, Path(work_dir)
+            )
             try:
                 outcome = await run_policy(
                     PolicyId(row["check_policy_id"]), row["delivery_ref"], context

@@ -50,8 +50,51 @@ class PolicyOutcome:
 
 
 @dataclass(frozen=True)
+class PolicySettings:
+    """The settings a policy run may read, and nothing else: no signing key, no JWT or
+    notification secret, no database or Redis URL. This is all that crosses into the process
+    that executes policies (docs/verifier.md, "Security"), so a secret cannot leak from there
+    because it was never sent."""
+
+    verifier_git_base_url: str
+    verifier_figma_host: str
+    verifier_ipfs_gateway_url: str
+    verifier_allow_private_hosts: bool
+    verifier_http_timeout_seconds: float
+    verifier_command_timeout_seconds: float
+    verifier_command_cpu_seconds: int
+    verifier_command_memory_mb: int
+    verifier_max_log_bytes: int
+    verifier_max_image_bytes: int
+    # The chain's JSON-RPC URL (address-smoke reads code at an address).
+    chain_rpc_url: str
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> PolicySettings:
+        return cls(
+            verifier_git_base_url=settings.verifier_git_base_url,
+            verifier_figma_host=settings.verifier_figma_host,
+            verifier_ipfs_gateway_url=settings.verifier_ipfs_gateway_url,
+            verifier_allow_private_hosts=settings.verifier_allow_private_hosts,
+            verifier_http_timeout_seconds=settings.verifier_http_timeout_seconds,
+            verifier_command_timeout_seconds=settings.verifier_command_timeout_seconds,
+            verifier_command_cpu_seconds=settings.verifier_command_cpu_seconds,
+            verifier_command_memory_mb=settings.verifier_command_memory_mb,
+            verifier_max_log_bytes=settings.verifier_max_log_bytes,
+            verifier_max_image_bytes=settings.verifier_max_image_bytes,
+            chain_rpc_url=settings.chain_rpc_url,
+        )
+
+
+def as_policy_settings(settings: Settings | PolicySettings) -> PolicySettings:
+    return (
+        settings if isinstance(settings, PolicySettings) else PolicySettings.from_settings(settings)
+    )
+
+
+@dataclass(frozen=True)
 class PolicyContext:
-    settings: Settings
+    settings: PolicySettings
     # The chain's JSON-RPC URL (address-smoke).
     rpc_url: str
     # A directory the policy may create temporary files under (removed by the caller).
@@ -63,7 +106,7 @@ class Policy:
     id: PolicyId
     description: str
     # Raises InvalidDeliveryRef; returns the normalised reference the run receives.
-    parse_ref: Callable[[str, Settings], Any]
+    parse_ref: Callable[[str, PolicySettings], Any]
     run: Callable[[Any, PolicyContext], Awaitable[PolicyOutcome]]
     # Whether this node has what the policy needs (git, npm, cargo, forge...).
-    available: Callable[[Settings], bool]
+    available: Callable[[PolicySettings], bool]

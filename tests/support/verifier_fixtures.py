@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from marketplace.config import Settings
-from marketplace.verifier.policy import PolicyContext
+from marketplace.verifier.policy import PolicyContext, PolicySettings
 
 # Fixed identity and dates: the same files give the same commit hashes on every run.
 GIT_ENV = {
@@ -332,4 +332,6 @@ def local_settings(**overrides: Any) -> Settings:
 
 
 def context(tmp_path: Path, settings: Settings, rpc_url: str = "") -> PolicyContext:
-    return PolicyContext(settings=settings, rpc_url=rpc_url, work_dir=tmp_path / "work")
+    return PolicyContext(
+        settings=PolicySettings.from_settings(settings), rpc_url=rpc_url, work_dir=tmp_path / "work"
+    )

@@ -30,7 +30,9 @@ from marketplace.verifier.policy import (
     PolicyContext,
     PolicyId,
     PolicyOutcome,
+    PolicySettings,
     TransientPolicyError,
+    as_policy_settings,
 )
 
 __all__ = [
@@ -88,11 +90,11 @@ async def _run_forge(ref: gitrepo.RepoRef, ctx: PolicyContext) -> PolicyOutcome:
     return await commands.run_suite(commands.FORGE, ref, ctx)
 
 
-def _always(settings: Settings) -> bool:
+def _always(settings: PolicySettings) -> bool:
     return True
 
 
-def _has_git(settings: Settings) -> bool:
+def _has_git(settings: PolicySettings) -> bool:
     return probe().git is not None
 
 
@@ -153,16 +155,19 @@ POLICIES: dict[PolicyId, Policy] = {
 }
 
 
-def available_policies(settings: Settings) -> list[PolicyId]:
+def available_policies(settings: Settings | PolicySettings) -> list[PolicyId]:
     """The policies this node can run, in :class:`PolicyId` order."""
-    return [pid for pid in PolicyId if POLICIES[pid].available(settings)]
+    policy_settings = as_policy_settings(settings)
+    return [pid for pid in PolicyId if POLICIES[pid].available(policy_settings)]
 
 
-def parse_delivery_ref(policy_id: PolicyId, delivery_ref: str, settings: Settings) -> Any:
+def parse_delivery_ref(
+    policy_id: PolicyId, delivery_ref: str, settings: Settings | PolicySettings
+) -> Any:
     """The normalised reference (picklable), or :class:`InvalidDeliveryRef`."""
     if len(delivery_ref) > 2048:
         raise InvalidDeliveryRef("deliveryRef is longer than 2048 characters")
-    return POLICIES[PolicyId(policy_id)].parse_ref(delivery_ref, settings)
+    return POLICIES[PolicyId(policy_id)].parse_ref(delivery_ref, as_policy_settings(settings))
 
 
 async def run_policy(policy_id: PolicyId, delivery_ref: str, ctx: PolicyContext) -> PolicyOutcome:

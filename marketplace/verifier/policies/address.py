@@ -7,18 +7,18 @@ import re
 from eth_utils import keccak, to_checksum_address
 
 from marketplace.chain.rpc import JsonRpcClient, RpcError
-from marketplace.config import Settings
 from marketplace.verifier.policy import (
     InvalidDeliveryRef,
     PolicyContext,
     PolicyOutcome,
+    PolicySettings,
     TransientPolicyError,
 )
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}")
 
 
-def parse_address(text: str, settings: Settings) -> str:
+def parse_address(text: str, settings: PolicySettings) -> str:
     value = text.strip()
     if not _ADDRESS.fullmatch(value):
         raise InvalidDeliveryRef("expected an address: 0x followed by 40 hex digits")

@@ -19,10 +19,14 @@ from pathlib import Path
 
 from yarl import URL
 
-from marketplace.config import Settings
 from marketplace.verifier.net import HostRefused, ip_literal, resolve_checked
 from marketplace.verifier.policies.tooling import probe
-from marketplace.verifier.policy import InvalidDeliveryRef, PolicyContext, TransientPolicyError
+from marketplace.verifier.policy import (
+    InvalidDeliveryRef,
+    PolicyContext,
+    PolicySettings,
+    TransientPolicyError,
+)
 from marketplace.verifier.sandbox import CommandResult, Limits, minimal_env, run_bounded
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -90,7 +94,7 @@ def _check_ref(ref: str) -> str:
     return ref
 
 
-def parse_repo_ref(text: str, settings: Settings) -> RepoRef:
+def parse_repo_ref(text: str, settings: PolicySettings) -> RepoRef:
     value = text.strip()
     if not value or any(c.isspace() for c in value) or "@" not in value:
         raise InvalidDeliveryRef("expected OWNER/REPO@REF or https://HOST/OWNER/REPO[.git]@REF")
@@ -126,7 +130,7 @@ def parse_repo_ref(text: str, settings: Settings) -> RepoRef:
     )
 
 
-async def transport_args(url: str, settings: Settings) -> list[str]:
+async def transport_args(url: str, settings: PolicySettings) -> list[str]:
     """``git -c`` options for fetching ``url``: protocols, no redirects, the checked address
     pinned. Raises :class:`HostRefused` for a private host or ``file://`` when private hosts are
     not allowed."""
@@ -149,7 +153,7 @@ async def transport_args(url: str, settings: Settings) -> list[str]:
     return args
 
 
-def git_env(home: Path, settings: Settings) -> dict[str, str]:
+def git_env(home: Path, settings: PolicySettings) -> dict[str, str]:
     protocols = "https:http:file" if settings.verifier_allow_private_hosts else "https"
     return minimal_env(
         home,
@@ -164,7 +168,7 @@ def git_env(home: Path, settings: Settings) -> dict[str, str]:
     )
 
 
-def git_limits(settings: Settings, timeout_s: float) -> Limits:
+def git_limits(settings: PolicySettings, timeout_s: float) -> Limits:
     return Limits(
         timeout_s=timeout_s,
         cpu_seconds=settings.verifier_command_cpu_seconds,

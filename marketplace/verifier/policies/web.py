@@ -14,7 +14,6 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
-from marketplace.config import Settings
 from marketplace.verifier.net import (
     FetchTrace,
     HostNotFound,
@@ -27,6 +26,7 @@ from marketplace.verifier.policy import (
     InvalidDeliveryRef,
     PolicyContext,
     PolicyOutcome,
+    PolicySettings,
     TransientPolicyError,
 )
 
@@ -62,7 +62,7 @@ def _authority(url: URL) -> str:
     return host if url.explicit_port is None else f"{host}:{url.explicit_port}"
 
 
-def _web_url(text: str, settings: Settings) -> URL:
+def _web_url(text: str, settings: PolicySettings) -> URL:
     value = text.strip()
     if not value or any(c.isspace() for c in value):
         raise InvalidDeliveryRef("expected a URL")
@@ -85,7 +85,7 @@ class FigmaRef:
     key: str
 
 
-def parse_figma(text: str, settings: Settings) -> FigmaRef:
+def parse_figma(text: str, settings: PolicySettings) -> FigmaRef:
     url = _web_url(text, settings)
     if _authority(url) != settings.verifier_figma_host.lower():
         raise InvalidDeliveryRef(f"expected a URL on {settings.verifier_figma_host}")
@@ -102,7 +102,7 @@ class ScreenshotRef:
     fetch_url: str
 
 
-def parse_screenshot(text: str, settings: Settings) -> ScreenshotRef:
+def parse_screenshot(text: str, settings: PolicySettings) -> ScreenshotRef:
     value = text.strip()
     if value.startswith("ipfs://"):
         gateway = URL(settings.verifier_ipfs_gateway_url)
