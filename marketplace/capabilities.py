@@ -236,7 +236,7 @@ CAPABILITIES: tuple[Capability, ...] = (
             "evidence, EIP-712 attestations, the retention sweep, the verifier runtime"
         ),
         routes=(f"{ROUTES}.verifier:routes",),
-        contexts=(f"{ROUTES}.verifier:retention_sweeper",),
+        contexts=(f"{ROUTES}.verifier:policy_executors", f"{ROUTES}.verifier:retention_sweeper"),
         queues=("marketplace.verifier.execution:VERIFIER_QUEUE",),
         produces=("verifier_job.completed",),
         cli=(

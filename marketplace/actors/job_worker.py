@@ -84,7 +84,13 @@ class JobWorkerActor:
         redis = Redis.from_url(self.settings.redis_url) if self.settings.redis_url else None
         metrics = JobMetricsRecorder(redis)
         worker = JobWorker(
-            self.spec, pool, self.settings, owner=self.owner, metrics=metrics, location=location()
+            self.spec,
+            pool,
+            self.settings,
+            owner=self.owner,
+            metrics=metrics,
+            location=location(),
+            index=self.index,
         )
         listener = JobNotifications(
             self.settings.database_url, on_queue=worker.notify, on_connect=worker.wake

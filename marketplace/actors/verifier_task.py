@@ -9,26 +9,21 @@ nothing: the runtime answers the outcome to its caller.
 from __future__ import annotations
 
 import asyncio
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import ray
 
-from marketplace.config import Settings
 from marketplace.verifier.evidence import evidence_hash
 from marketplace.verifier.policies import run_policy
 from marketplace.verifier.policy import PolicyContext, PolicyId, PolicySettings
+from marketplace.verifier.workdirs import job_work_dir
 
 
-def _run(settings_values: dict[str, Any], policy: str, delivery_ref: str) -> dict[str, Any]:
-    settings = Settings(**settings_values)
-
+def _run(settings: PolicySettings, policy: str, delivery_ref: str) -> dict[str, Any]:
+    # Only the policy settings cross to the task: no key or secret of the service.
     async def main() -> dict[str, Any]:
-        with tempfile.TemporaryDirectory(prefix="verify-") as work_dir:
-            context = PolicyContext(
-                PolicySettings.from_settings(settings), settings.chain_rpc_url, Path(work_dir)
-            )
+        with job_work_dir() as work_dir:
+            context = PolicyContext(settings, settings.chain_rpc_url, work_dir)
             outcome = await run_policy(PolicyId(policy), delivery_ref, context)
         return {
             "passes": outcome.passes,

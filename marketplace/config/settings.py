@@ -254,6 +254,10 @@ class Settings(BaseSettings):
     # --- verifier jobs; see docs/verifier.md ----------------------------------------------------
     # Ray actors running `verifier` jobs, one job at a time each, spread over the cluster's nodes.
     verifier_pool_size: int = Field(default=2, ge=0, le=64)
+    # A Ray custom resource that only the nodes meant to run policies (the worker's code, in a
+    # sandbox) advertise, with none of the service's secrets; each policy executor takes one
+    # unit. Empty: MARKETPLACE_RAY_ACTOR_RESOURCE's nodes (or any node).
+    verifier_executor_resource: str = Field(default="", max_length=100)
     # Attempts of one job (transient errors only: a deterministic negative result completes).
     verifier_max_attempts: int = Field(default=3, ge=1, le=20)
     # Raw evidence and execution logs are deleted this long after the job completed.

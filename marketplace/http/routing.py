@@ -156,6 +156,9 @@ class Route:
     # `guarded=True`. The OpenAPI document lists both errors for such routes.
     sends_messages: bool = False
     status: int = 200
+    # Other success statuses with the same body, and what each means (a tuple: routes are
+    # hashed to cache the OpenAPI document).
+    also_status: tuple[tuple[int, str], ...] = ()
     errors: tuple[type[MarketplaceError], ...] = ()
     rate_limited: bool = True
     exclude_none: bool = False

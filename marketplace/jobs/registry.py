@@ -43,6 +43,9 @@ class JobContext:
     # Where the attempt runs (Ray node and actor ids, when in an actor), for handlers that
     # record it.
     location: dict[str, str] = field(default_factory=dict)
+    # The worker's index among its queue's workers (handlers that pair each worker with a
+    # helper of the same index, such as the verifier's policy executors, use it).
+    index: int = 0
 
     @property
     def payload(self) -> dict[str, Any]:

@@ -105,8 +105,10 @@ class JobWorker:
         metrics: JobMetricsRecorder | None = None,
         rng: random.Random | None = None,
         location: dict[str, str] | None = None,
+        index: int = 0,
     ) -> None:
         self.spec = spec
+        self.index = index
         self.location = dict(location or {})
         self.pool = pool
         self.settings = settings
@@ -223,7 +225,9 @@ class JobWorker:
             await repo.prune_completed(self.pool, self.config.completed_retention_seconds)
 
     def _start(self, job: Job) -> None:
-        ctx = JobContext(job, self.pool, self.settings, self.owner, location=self.location)
+        ctx = JobContext(
+            job, self.pool, self.settings, self.owner, location=self.location, index=self.index
+        )
         started = time.monotonic()
         attempt = _Attempt(job, ctx, started, started + self.config.timeout_seconds)
         self._active[job.id] = attempt

@@ -20,10 +20,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
+import aiohttp
 import asyncpg
 
 from marketplace.chain.abi import ContractAbi
+from marketplace.chain.enums import ProjectStatus as ChainProjectStatus
 from marketplace.chain.hashes import direct_config_hash, intent_config_hash
+from marketplace.chain.project_state import project_status
+from marketplace.chain.rpc import RpcError
 from marketplace.errors import Conflict, Forbidden, NotFound, ServiceUnavailable
 from marketplace.projects.models import BiddingAccess, ProjectMode
 from marketplace.records.access import caller_wallets, visible_project
@@ -80,6 +84,34 @@ class MetadataLocked(Conflict):
     default_message = "metadata can only be edited while the project is in draft"
 
 
+class MetadataFrozen(Conflict):
+    """Acceptance policies are part of what bidders price: fixed once bidding opens."""
+
+    code = "metadata_frozen"
+    default_message = (
+        "milestone acceptance policies can only be set while the project is in draft, on "
+        "chain and in the read model: bidding has opened"
+    )
+
+
+async def require_draft_on_chain(ctx: ShardContext, project: str) -> None:
+    """409 ``metadata_frozen`` unless the chain says the project is still ``draft``: the read
+    model may lag behind an ``openBidding`` by an indexer poll, and a policy changed in that
+    window would judge bids made against the old one."""
+    if ctx.chain is None:
+        raise ServiceUnavailable("no chain is configured; acceptance policies cannot be checked")
+    try:
+        status = await project_status(ctx.chain, project)
+    except (RpcError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+        raise ServiceUnavailable(f"the chain could not be read: {exc}") from exc
+    if status is not None and status != ChainProjectStatus.DRAFT:
+        raise MetadataFrozen()
+
+
+def policies_json(policies: tuple[tuple[int, str], ...]) -> list[dict[str, Any]]:
+    return [{"milestoneIndex": index, "checkPolicyId": policy} for index, policy in policies]
+
+
 # --- create intents ----------------------------------------------------------------------------
 
 
@@ -122,6 +154,8 @@ class ClaimMetadata:
     image_url: str | None
     project_mode: ProjectMode
     bidding_access: BiddingAccess
+    # (milestoneIndex, checkPolicyId) ordered by index; not in the configHash preimage.
+    milestone_policies: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -225,6 +259,8 @@ class ClaimProject(ProjectCommand):
                         "project_create_intent_already_used",
                         "the create intent was used meanwhile",
                     )
+                if meta.milestone_policies:
+                    await require_draft_on_chain(ctx, project)
                 await repo.insert_metadata(
                     conn,
                     project_address=project,
@@ -241,6 +277,7 @@ class ClaimProject(ProjectCommand):
                     intent_id=intent["intent_id"] if intent is not None else None,
                     tx_hash=self.tx_hash.lower(),
                     config_hash=config_hash,
+                    milestone_policies=policies_json(meta.milestone_policies),
                 )
                 status = "claimed"
         return ClaimOutcome(
@@ -350,14 +387,19 @@ class PatchMetadata(ProjectCommand):
     title: str
     description: str | Unchanged | None = UNCHANGED
     image_url: str | Unchanged | None = UNCHANGED
+    # (milestoneIndex, checkPolicyId) ordered by index; () clears them.
+    milestone_policies: tuple[tuple[int, str], ...] | Unchanged = UNCHANGED
 
-    def changes(self) -> dict[str, str | None]:
+    def changes(self) -> dict[str, Any]:
         """The optional columns the client sent, by column name."""
-        sent = {"description": self.description, "image_url": self.image_url}
+        sent: dict[str, Any] = {"description": self.description, "image_url": self.image_url}
+        if not isinstance(self.milestone_policies, Unchanged):
+            sent["milestone_policies"] = policies_json(self.milestone_policies)
         return {column: value for column, value in sent.items() if not isinstance(value, Unchanged)}
 
     async def apply(self, ctx: ShardContext) -> None:
         project = self.project_address
+        setting_policies = not isinstance(self.milestone_policies, Unchanged)
         async with ctx.pool.acquire() as conn, conn.transaction():
             wallets = await caller_wallets(conn, self.user_id)
             # Not indexed yet and hidden from the caller answer the same 404: the route must not
@@ -370,5 +412,8 @@ class PatchMetadata(ProjectCommand):
             if await repo.metadata(conn, project) is None:
                 raise ProjectNotClaimed()
             if indexed.status not in EDITABLE_STATUSES:
-                raise MetadataLocked()
+                raise MetadataFrozen() if setting_policies else MetadataLocked()
+            if setting_policies:
+                # The read model says draft; the chain, which it may lag, must agree.
+                await require_draft_on_chain(ctx, project)
             await repo.update_metadata(conn, project, self.title, self.changes(), self.user_id)

@@ -12,17 +12,25 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import (
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from marketplace.types import (
     Address,
     Bytes32,
     LowerAddress,
     QueryModel,
+    RequestModel,
     ResponseModel,
     UnixSeconds,
     Usdc,
 )
+from marketplace.verifier.policy import PolicyId
 
 ProjectStatus = Literal["draft", "bidding", "building", "dispute", "complete", "failed"]
 PROJECT_STATUSES: tuple[ProjectStatus, ...] = (
@@ -59,6 +67,44 @@ class MilestoneReadModel(ResponseModel):
     latestVerifierJobId: uuid.UUID | None = None
     latestVerifierPasses: bool | None = None
     attestedOnChain: bool | None = None
+    checkPolicyId: PolicyId | None = Field(
+        default=None,
+        description="the acceptance policy the owner fixed for this milestone before bidding "
+        "(null: none; a dispute over it goes to the multisig, no verifier verdict)",
+    )
+
+    # No return annotation on purpose: pydantic then keeps the model's own serialization schema
+    # (with a `dict` annotation the OpenAPI document would lose every field).
+    @model_serializer(mode="wrap")
+    def _always_show_policy(  # type: ignore[no-untyped-def]
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ):
+        # Read routes render with exclude_none, which would drop a null checkPolicyId; a bidder
+        # must be able to tell "no policy" from an older server that does not know the field.
+        data: dict[str, Any] = handler(self)
+        data.setdefault("checkPolicyId", None)
+        return data
+
+
+class MilestonePolicy(RequestModel):
+    """The acceptance policy of one milestone: the only check a verifier verdict on a dispute
+    over it may run (docs/verifier.md, "What a verdict means")."""
+
+    milestoneIndex: int = Field(ge=0, le=65535)
+    checkPolicyId: PolicyId
+
+
+MILESTONE_POLICIES_MAX = 100
+
+
+def check_unique_indexes(policies: list[MilestonePolicy] | None) -> list[MilestonePolicy] | None:
+    """At most one policy per milestone; returned ordered by index."""
+    if policies is None:
+        return None
+    indexes = [p.milestoneIndex for p in policies]
+    if len(set(indexes)) != len(indexes):
+        raise ValueError("each milestoneIndex may appear once")
+    return sorted(policies, key=lambda p: p.milestoneIndex)
 
 
 class ProjectReadModel(ResponseModel):
@@ -107,6 +153,12 @@ class ProjectReadModel(ResponseModel):
     disputeVerdictSubmittedAt: UnixSeconds | None = None
     disputeOwnerEvidenceHash: Bytes32 | None = None
     disputeWorkerEvidenceHash: Bytes32 | None = None
+    milestonePolicies: list[MilestonePolicy] = Field(
+        default_factory=list,
+        description="the acceptance policy of each milestone, fixed while the project was draft "
+        "(bidders see what will judge their work before the milestones exist on chain); empty "
+        "when none was set or the metadata is not claimed",
+    )
     milestones: list[MilestoneReadModel]
 
 

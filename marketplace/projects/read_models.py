@@ -18,11 +18,17 @@ import asyncpg
 from pydantic import BaseModel
 
 from marketplace.pagination import BIGINT_MAX, INTEGER_MAX, CursorKind
-from marketplace.projects.models import MilestoneReadModel, ProjectReadModel, ProjectStatus
+from marketplace.projects.models import (
+    MilestonePolicy,
+    MilestoneReadModel,
+    ProjectReadModel,
+    ProjectStatus,
+)
 from marketplace.storage.pool import Connection, Row
 from marketplace.storage.repositories import projects as projects_repo
 from marketplace.storage.repositories.projects import CHALLENGE_FALLBACK_SECONDS
 from marketplace.types import checksum_address
+from marketplace.verifier.policy import PolicyId
 
 __all__ = [
     "CHALLENGE_FALLBACK_SECONDS",
@@ -143,8 +149,11 @@ _construct_milestone = trusted_constructor(MilestoneReadModel)
 _construct_project = trusted_constructor(ProjectReadModel)
 
 
-def milestone_model(values: Sequence[Any]) -> MilestoneReadModel:
-    """A milestone from one element of the ``milestones`` aggregate (MILESTONE_FIELDS order)."""
+def milestone_model(
+    values: Sequence[Any], check_policy_id: str | None = None
+) -> MilestoneReadModel:
+    """A milestone from one element of the ``milestones`` aggregate (MILESTONE_FIELDS order),
+    with the acceptance policy the owner fixed for it (None: none)."""
     (
         index,
         status,
@@ -172,7 +181,19 @@ def milestone_model(values: Sequence[Any]) -> MilestoneReadModel:
         latestVerifierJobId=job_id,
         latestVerifierPasses=passes,
         attestedOnChain=attested,
+        checkPolicyId=check_policy_id,
     )
+
+
+def milestone_policies(row: Row) -> list[MilestonePolicy]:
+    """The claimed metadata's acceptance policies (stored ordered by index)."""
+    stored = row["milestone_policies"] or []
+    return [
+        MilestonePolicy.model_construct(
+            milestoneIndex=item["milestoneIndex"], checkPolicyId=PolicyId(item["checkPolicyId"])
+        )
+        for item in stored
+    ]
 
 
 def project_model(row: Row, now: int, *, viewer_can_edit: bool | None = None) -> ProjectReadModel:
@@ -182,6 +203,8 @@ def project_model(row: Row, now: int, *, viewer_can_edit: bool | None = None) ->
     field is left out of the response.
     """
     challenge = row["project_mode"] == "challenge"
+    policies = milestone_policies(row)
+    by_index = {p.milestoneIndex: p.checkPolicyId for p in policies}
     return _construct_project(
         projectAddress=checksum(row["project_address"]),
         ownerAddress=checksum(row["owner_address"]),
@@ -213,7 +236,8 @@ def project_model(row: Row, now: int, *, viewer_can_edit: bool | None = None) ->
         disputeVerdictSubmittedAt=_unix(row["dispute_verdict_submitted_at"]),
         disputeOwnerEvidenceHash=row["dispute_owner_evidence_hash"],
         disputeWorkerEvidenceHash=row["dispute_worker_evidence_hash"],
-        milestones=[milestone_model(m) for m in row["milestones"]],
+        milestonePolicies=policies,
+        milestones=[milestone_model(m, by_index.get(m[0])) for m in row["milestones"]],
     )
 
 

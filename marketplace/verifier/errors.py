@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from marketplace.errors import Conflict, Forbidden, MarketplaceError, NotFound
+from marketplace.errors import (
+    Conflict,
+    Forbidden,
+    MarketplaceError,
+    NotFound,
+    ServiceUnavailable,
+)
 
 
 class VerifierJobNotFound(NotFound):
@@ -61,3 +67,37 @@ class VerifierNotConfigured(MarketplaceError):
     code = "verifier_not_configured"
     status = 503
     default_message = "no attestation signing key is configured (MARKETPLACE_VERIFIER_PRIVATE_KEY)"
+
+
+class MilestoneNotDisputed(Conflict):
+    code = "milestone_not_disputed"
+    default_message = (
+        "a verdict is only given for the project's active disputed milestone in phase "
+        "`challenged` (read from the chain): this milestone is not in such a dispute"
+    )
+
+
+class NoAcceptancePolicy(Conflict):
+    code = "no_acceptance_policy"
+    default_message = (
+        "the milestone has no acceptance policy: its owner fixed none before bidding, so its "
+        "dispute goes to the multisig, not to a verifier verdict"
+    )
+
+
+class PolicyMismatch(Conflict):
+    code = "policy_mismatch"
+    default_message = "checkPolicyId is not the milestone's acceptance policy"
+
+
+class DeliveryRefMismatch(Conflict):
+    code = "delivery_ref_mismatch"
+    default_message = (
+        "keccak256 of deliveryRef is not the milestone's on-chain deliveryRefHash: a verdict "
+        "judges only the delivery the worker submitted"
+    )
+
+
+class ChainUnavailable(ServiceUnavailable):
+    code = "chain_unavailable"
+    default_message = "the chain could not be read; retry shortly"

@@ -1,5 +1,12 @@
-"""The ``verifier`` job: run the requested policy, hash its evidence, sign the attestation and
-complete, in that order (docs/verifier.md, "Execution").
+"""The ``verifier`` job: run the requested policy, hash its evidence, re-check the dispute on
+chain, sign the attestation and complete, in that order (docs/verifier.md, "Execution").
+
+The policy never runs in this process, which holds the signing key and the database: it runs
+in the job worker's paired policy executor (``verifier-executor-{index}``, a Ray actor given only
+:class:`PolicySettings`; marketplace/actors/verifier_executor.py), and the worker's code runs
+there only inside the sandbox. This process signs only after reading from the chain, right
+before signing, that the job's dispute is still the project's active one in phase
+``challenged`` over the same delivery: a job whose dispute moved on fails without a signature.
 
 Each attempt first appends where it runs (Ray node and actor) to the job's raw evidence. The
 policy runs outside any transaction; the result, the attestation and the milestone read model's
@@ -17,25 +24,80 @@ each running one attempt at a time, so a CPU-heavy test run never shares its act
 
 from __future__ import annotations
 
-import tempfile
+import asyncio
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import ActorUnavailableError, RayActorError
 
 from marketplace.chain.rpc import JsonRpcClient
+from marketplace.config import Settings
 from marketplace.jobs import JobContext, PermanentJobError, QueueSpec
 from marketplace.storage.repositories import verifier_jobs as repo
 from marketplace.verifier.attestation import NonceAlreadyUsed, Signer, attest
+from marketplace.verifier.dispute import DisputeFacts, read_dispute
 from marketplace.verifier.evidence import NotCanonical, evidence_hash
-from marketplace.verifier.policies import run_policy
 from marketplace.verifier.policy import (
     InvalidDeliveryRef,
-    PolicyContext,
     PolicyId,
-    PolicySettings,
+    PolicyOutcome,
+    TransientPolicyError,
 )
 
 RPC_TIMEOUT_SECONDS = 20.0
+
+
+@dataclass(frozen=True)
+class PolicyRun:
+    """What a policy executor is asked to run: nothing else crosses to it."""
+
+    policy: PolicyId
+    delivery_ref: str
+
+
+def executor_name(index: int) -> str:
+    return f"verifier-executor-{index}"
+
+
+async def execute_policy(settings: Settings, index: int, run: PolicyRun) -> PolicyOutcome:
+    """Run ``run`` on the policy executor paired with this worker (same index). A missing,
+    dead or unreachable executor is transient (the job is retried; Ray restarts it)."""
+    name = executor_name(index)
+    try:
+        # A GCS lookup: off the event loop.
+        handle: Any = await asyncio.to_thread(ray.get_actor, name, namespace=settings.ray_namespace)
+    except ValueError as exc:
+        raise TransientPolicyError(f"the policy executor {name} is not running") from exc
+    ref = handle.run.remote(run)
+    try:
+        outcome: PolicyOutcome = await ref
+    except asyncio.CancelledError:
+        # The attempt timed out or the worker stops: cancelling the executor's task kills the
+        # command's sandbox (run_bounded kills it on cancellation).
+        ray.cancel(ref)
+        raise
+    except (RayActorError, ActorUnavailableError) as exc:
+        raise TransientPolicyError(f"the policy executor {name} died or is unreachable") from exc
+    return outcome
+
+
+async def _dispute_now(rpc: JsonRpcClient, row: Any) -> DisputeFacts:
+    facts = await read_dispute(rpc, row["project_address"], row["milestone_index"])
+    still = (
+        row["dispute_opened_at"] is not None
+        and facts.judges(row["milestone_index"])
+        and facts.dispute_opened_at == row["dispute_opened_at"]
+        and facts.matches_delivery(row["delivery_ref"])
+    )
+    if not still:
+        raise PermanentJobError(
+            "the dispute this job judges is no longer the project's active dispute in phase "
+            "challenged over the submitted delivery: no attestation is signed"
+        )
+    return facts
 
 
 async def run_verifier_job(ctx: JobContext) -> None:
@@ -61,21 +123,34 @@ async def run_verifier_job(ctx: JobContext) -> None:
     )
     rpc = JsonRpcClient(settings.chain_rpc_url, timeout_s=RPC_TIMEOUT_SECONDS)
     try:
-        with tempfile.TemporaryDirectory(prefix="verifier-") as work_dir:
-            context = PolicyContext(
-                PolicySettings.from_settings(settings), settings.chain_rpc_url, Path(work_dir)
+        # Not worth running when the dispute already moved on.
+        await _dispute_now(rpc, row)
+        try:
+            outcome = await execute_policy(
+                settings,
+                ctx.index,
+                PolicyRun(PolicyId(row["check_policy_id"]), row["delivery_ref"]),
             )
-            try:
-                outcome = await run_policy(
-                    PolicyId(row["check_policy_id"]), row["delivery_ref"], context
-                )
-            except InvalidDeliveryRef as exc:
-                raise PermanentJobError(f"deliveryRef: {exc}") from exc
+        except InvalidDeliveryRef as exc:
+            raise PermanentJobError(f"deliveryRef: {exc}") from exc
         try:
             hashed = evidence_hash(outcome.evidence)
         except NotCanonical as exc:
             raise PermanentJobError(f"the policy's evidence is not canonical: {exc}") from exc
-        requested_deadline = row["requested_deadline"]
+        # Right before signing: the chain must still say this dispute, this delivery, and the
+        # owner's policy must still be the one that ran.
+        facts = await _dispute_now(rpc, row)
+        policy = await repo.acceptance_policy(
+            ctx.pool, row["project_address"], row["milestone_index"]
+        )
+        if policy != row["check_policy_id"]:
+            raise PermanentJobError(
+                f"the milestone's acceptance policy is {policy}, not {row['check_policy_id']}"
+            )
+        # Never later than the chain's time plus the TTL; a request may only shorten it.
+        deadline = facts.block_time + settings.verifier_attestation_ttl_seconds
+        if row["requested_deadline"] is not None:
+            deadline = min(deadline, int(row["requested_deadline"]))
         try:
             attestation = await attest(
                 rpc,
@@ -86,7 +161,7 @@ async def run_verifier_job(ctx: JobContext) -> None:
                 evidence_hash=hashed,
                 nonce=int(row["attestation_nonce"]),
                 nonce_requested=row["requested_nonce"] is not None,
-                deadline=int(requested_deadline) if requested_deadline is not None else None,
+                deadline=deadline,
                 ttl_seconds=settings.verifier_attestation_ttl_seconds,
             )
         except NonceAlreadyUsed as exc:

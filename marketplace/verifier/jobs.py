@@ -17,6 +17,7 @@ from datetime import timedelta
 
 import asyncpg
 
+from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
 from marketplace.errors import InvalidRequest
 from marketplace.identity.permissions import flags_of
@@ -26,12 +27,18 @@ from marketplace.records.access import ProjectParties, caller_wallets
 from marketplace.records.errors import ProjectNotFound
 from marketplace.storage.repositories import projects as projects_repo
 from marketplace.storage.repositories import verifier_jobs as repo
+from marketplace.verifier.dispute import DisputeFacts, read_dispute
 from marketplace.verifier.errors import (
     ChainMismatch,
+    ChainUnavailable,
+    DeliveryRefMismatch,
     JobNotCompleted,
+    MilestoneNotDisputed,
     MilestoneOutOfRange,
+    NoAcceptancePolicy,
     NotProjectParty,
     NotVerifierJobParty,
+    PolicyMismatch,
     PolicyUnavailable,
     ProjectNotIndexed,
     RawEvidenceExpired,
@@ -45,9 +52,11 @@ from marketplace.verifier.models import (
     VerifierJobListQuery,
 )
 from marketplace.verifier.policies import parse_delivery_ref
-from marketplace.verifier.policy import InvalidDeliveryRef, PolicyId
+from marketplace.verifier.policy import InvalidDeliveryRef, PolicyId, TransientPolicyError
 
 JOB_CURSOR = CursorKind("v1", (BIGINT_MAX,))
+# A request waits at most this long for the chain's dispute state (then 503).
+CHAIN_READ_TIMEOUT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,83 @@ async def _project_for(
     return None
 
 
+@dataclass(frozen=True)
+class Accepted:
+    """The answer to a job request: a new job (202) or the dispute's existing one (200)."""
+
+    job_id: uuid.UUID
+    response: VerifierJobAcceptedResponse
+    created: bool
+
+
+def _invalid(field: str, message: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"invalid request: body.{field}: {message}",
+        [{"location": "body", "field": field, "message": message, "type": "value_error"}],
+    )
+
+
+async def dispute_facts(settings: Settings, project: str, milestone_index: int) -> DisputeFacts:
+    rpc = JsonRpcClient(settings.chain_rpc_url, timeout_s=CHAIN_READ_TIMEOUT_SECONDS)
+    try:
+        return await read_dispute(rpc, project, milestone_index)
+    except TransientPolicyError as exc:
+        raise ChainUnavailable(str(exc)) from None
+    finally:
+        await rpc.close()
+
+
+def check_verdict_scope(
+    facts: DisputeFacts,
+    *,
+    milestone_index: int,
+    policy: str | None,
+    requested_policy: str,
+    delivery_ref: str,
+) -> None:
+    """What a verdict may judge, in the documented order: the active disputed milestone in
+    phase ``challenged``, its acceptance policy, the submitted delivery."""
+    if not facts.judges(milestone_index):
+        raise MilestoneNotDisputed()
+    if policy is None:
+        raise NoAcceptancePolicy()
+    if policy != requested_policy:
+        raise PolicyMismatch(
+            f"the milestone's acceptance policy is {policy}, not {requested_policy}"
+        )
+    if not facts.matches_delivery(delivery_ref):
+        raise DeliveryRefMismatch()
+
+
+def _accepted_from_row(
+    row: asyncpg.Record, settings: Settings, available: list[PolicyId]
+) -> VerifierJobAcceptedResponse:
+    retention = row["retention_expires_at"] or row["created_at"] + timedelta(
+        days=settings.verifier_retention_days
+    )
+    return VerifierJobAcceptedResponse(
+        jobId=row["id"],
+        status=row["status"],
+        attemptCount=row["attempt_count"],
+        maxAttempts=row["max_attempts"],
+        createdAt=row["created_at"],
+        retentionExpiresAt=retention,
+        request=VerifierJobCreateRequest(
+            projectAddress=row["project_address"],
+            milestoneIndex=row["milestone_index"],
+            checkPolicyId=PolicyId(row["check_policy_id"]),
+            deliveryRef=row["delivery_ref"],
+            chainId=row["chain_id"],
+            nonce=int(row["requested_nonce"]) if row["requested_nonce"] is not None else None,
+            deadline=(
+                int(row["requested_deadline"]) if row["requested_deadline"] is not None else None
+            ),
+        ),
+        pollUrl="",
+        availablePolicies=available,
+    )
+
+
 async def accept(
     pool: asyncpg.Pool,
     settings: Settings,
@@ -94,13 +180,17 @@ async def accept(
     request: VerifierJobCreateRequest,
     available: list[PolicyId],
     signing_ready: bool,
-) -> tuple[uuid.UUID, VerifierJobAcceptedResponse]:
-    """Check the request and queue the job; the response's ``pollUrl`` is filled by the caller.
+) -> Accepted:
+    """Check the request and queue the job, or answer the dispute's existing job; the
+    response's ``pollUrl`` is filled by the caller.
 
     Order of the checks: signing configured (503), chain (409 ``chain_mismatch``), policy tooling
     (409 ``policy_unavailable``), the ``deliveryRef``'s form (400), the project (404 hidden,
     409 ``project_not_indexed``), the caller (403 ``not_project_party``), the milestone (409
-    ``milestone_out_of_range``).
+    ``milestone_out_of_range``); then, read from the chain: the active disputed milestone in
+    phase ``challenged`` (409 ``milestone_not_disputed``), its acceptance policy (409
+    ``no_acceptance_policy``, ``policy_mismatch``), the submitted delivery (409
+    ``delivery_ref_mismatch``), the deadline bound (400 naming ``body.deadline``).
     """
     if not signing_ready:
         raise VerifierNotConfigured()
@@ -116,17 +206,7 @@ async def accept(
     try:
         parse_delivery_ref(request.checkPolicyId, request.deliveryRef, settings)
     except InvalidDeliveryRef as exc:
-        raise InvalidRequest(
-            f"invalid request: body.deliveryRef: {exc}",
-            [
-                {
-                    "location": "body",
-                    "field": "deliveryRef",
-                    "message": str(exc),
-                    "type": "value_error",
-                }
-            ],
-        ) from None
+        raise _invalid("deliveryRef", str(exc)) from None
     who = await viewer(pool, user_id)
     project = await _project_for(pool, who, request.projectAddress)
     if project is None:
@@ -140,10 +220,38 @@ async def accept(
             f"milestoneIndex {request.milestoneIndex} is not below the project's "
             f"milestoneCount ({project.milestone_count})"
         )
+    facts = await dispute_facts(settings, request.projectAddress, request.milestoneIndex)
+    check_verdict_scope(
+        facts,
+        milestone_index=request.milestoneIndex,
+        policy=await repo.acceptance_policy(pool, request.projectAddress, request.milestoneIndex),
+        requested_policy=request.checkPolicyId.value,
+        delivery_ref=request.deliveryRef,
+    )
+    latest_deadline = facts.block_time + settings.verifier_attestation_ttl_seconds
+    if request.deadline is not None and request.deadline > latest_deadline:
+        raise _invalid(
+            "deadline",
+            f"at most the chain's latest block time plus "
+            f"MARKETPLACE_VERIFIER_ATTESTATION_TTL_SECONDS ({latest_deadline}); a request may "
+            "shorten the attestation's life, never extend it",
+        )
     job_id = uuid.uuid4()
     nonce = request.nonce if request.nonce is not None else secrets.randbits(128)
     max_attempts = settings.verifier_max_attempts
     async with pool.acquire() as conn, conn.transaction():
+        await repo.lock_dispute(
+            conn, request.projectAddress, request.milestoneIndex, facts.dispute_opened_at
+        )
+        existing = await repo.dispute_job(
+            conn, request.projectAddress, request.milestoneIndex, facts.dispute_opened_at
+        )
+        if existing is not None:
+            # One verdict per dispute, whoever asks: two signed verdicts for one dispute could
+            # contradict each other, and either could be relayed.
+            return Accepted(
+                existing["id"], _accepted_from_row(existing, settings, available), False
+            )
         created_at = await repo.insert(
             conn,
             job_id=job_id,
@@ -157,6 +265,7 @@ async def accept(
             requested_deadline=request.deadline,
             attestation_nonce=nonce,
             max_attempts=max_attempts,
+            dispute_opened_at=facts.dispute_opened_at,
         )
         queued = await enqueue(
             conn,
@@ -166,7 +275,7 @@ async def accept(
             idempotency_key=str(job_id),
         )
         await repo.set_queue_job(conn, job_id, queued.job_id)
-    return job_id, VerifierJobAcceptedResponse(
+    response = VerifierJobAcceptedResponse(
         jobId=job_id,
         status="queued",
         attemptCount=0,
@@ -177,6 +286,7 @@ async def accept(
         pollUrl="",
         availablePolicies=available,
     )
+    return Accepted(job_id, response, True)
 
 
 @dataclass(frozen=True)

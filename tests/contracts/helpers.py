@@ -354,21 +354,36 @@ class Chain:
         self.select(project, self.a.worker)
         return project
 
-    def submit(self, project: Contract, index: int, *, at: int | None = None) -> TxReceipt:
-        return self.ok(
-            self.a.worker, project.functions.submitMilestone(index, h(f"delivery-{index}")), at=at
+    def submit(
+        self,
+        project: Contract,
+        index: int,
+        *,
+        at: int | None = None,
+        delivery_ref: str | None = None,
+    ) -> TxReceipt:
+        """``a.worker`` submits milestone ``index``: its deliveryRefHash is keccak256 of
+        ``delivery_ref``'s UTF-8 bytes (as a verifier job checks), or a made-up hash."""
+        ref_hash = (
+            keccak(delivery_ref.encode("utf-8"))
+            if delivery_ref is not None
+            else h(f"delivery-{index}")
         )
+        return self.ok(self.a.worker, project.functions.submitMilestone(index, ref_hash), at=at)
 
     def dispute(
         self,
         project: Contract,
         index: int = 0,
         reason: DisputeReason = DisputeReason.LOW_QUALITY,
+        *,
+        delivery_ref: str | None = None,
     ) -> TxReceipt:
-        """Raise a LowQuality dispute on submitted milestone ``index`` (submits it if pending)."""
+        """Raise a LowQuality dispute on submitted milestone ``index`` (submits it if pending,
+        with ``delivery_ref``)."""
         m = self.state(project)["milestones"][index]
         if m["status"] == MilestoneStatus.PENDING:
-            self.submit(project, index)
+            self.submit(project, index, delivery_ref=delivery_ref)
         return self.ok(
             self.a.owner, project.functions.raiseDispute(index, int(reason), h("reason"))
         )

@@ -7,7 +7,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import ConfigDict, Discriminator, Field, RootModel, Tag
+from pydantic import AfterValidator, ConfigDict, Discriminator, Field, RootModel, Tag
 
 from marketplace.chain.hashes import INTENT_DOMAIN, direct_config_hash, intent_config_hash
 from marketplace.chain.hashes import intent_hash as intent_hash_of
@@ -25,6 +25,7 @@ from marketplace.projects.claims import (
     ClaimMetadata,
     ClaimProject,
     IntentNotFound,
+    MetadataFrozen,
     MetadataLocked,
     PatchMetadata,
     ProjectClaimConflict,
@@ -32,7 +33,12 @@ from marketplace.projects.claims import (
     cancel_intent,
     create_intent,
 )
-from marketplace.projects.models import ProjectReadModel
+from marketplace.projects.models import (
+    MILESTONE_POLICIES_MAX,
+    MilestonePolicy,
+    ProjectReadModel,
+    check_unique_indexes,
+)
 from marketplace.projects.read_models import project_for_viewer
 from marketplace.records.errors import ProjectNotFound
 from marketplace.storage.pool import Row
@@ -75,6 +81,19 @@ IMAGE_URL_DESCRIPTION = (
 )
 
 
+MILESTONE_POLICIES_DESCRIPTION = (
+    "the acceptance policy of each milestone (`[{milestoneIndex, checkPolicyId}]`, at most one "
+    "per index, at most 100): the only check a verifier verdict on a dispute over that "
+    "milestone may run. Settable only while the project is `draft` on chain and in the read "
+    "model (409 `metadata_frozen` afterwards); not part of the configHash"
+)
+MilestonePolicies = Annotated[
+    list[MilestonePolicy],
+    Field(max_length=MILESTONE_POLICIES_MAX),
+    AfterValidator(check_unique_indexes),
+]
+
+
 class ProjectClaimMetadata(RequestModel):
     title: str = Field(min_length=1, max_length=200)
     description: str | None = Field(default=None, max_length=2000)
@@ -82,6 +101,9 @@ class ProjectClaimMetadata(RequestModel):
     projectMode: Literal["standard", "challenge"]
     biddingAccess: Literal["invite_only", "open"]
     imageUrl: HttpsOrIpfsUri | None = Field(default=None, description=IMAGE_URL_DESCRIPTION)
+    milestonePolicies: MilestonePolicies | None = Field(
+        default=None, description=MILESTONE_POLICIES_DESCRIPTION
+    )
 
 
 # The worked example of the hash rules, shown as the claim's request examples. docs/hashes.md
@@ -111,6 +133,10 @@ EXAMPLE_DIRECT_CLAIM: dict[str, Any] = {
         "biddingAccess": "invite_only",
     },
 }
+
+
+def policy_pairs(policies: list[MilestonePolicy] | None) -> tuple[tuple[int, str], ...]:
+    return tuple((p.milestoneIndex, p.checkPolicyId.value) for p in policies or [])
 
 
 def _metadata_args(example: dict[str, Any]) -> tuple[str, str | None, str | None, str, str]:
@@ -202,8 +228,8 @@ class ProjectClaimResponse(ResponseModel):
 
 
 class MetadataPatchRequest(RequestModel):
-    """PATCH semantics: `title` is required; `description` and `imageUrl` left out keep their
-    stored value, and `null` clears them."""
+    """PATCH semantics: `title` is required; `description`, `imageUrl` and `milestonePolicies`
+    left out keep their stored value, and `null` clears them."""
 
     title: str = Field(min_length=1, max_length=200)
     description: str | None = Field(
@@ -211,6 +237,10 @@ class MetadataPatchRequest(RequestModel):
     )
     imageUrl: HttpsOrIpfsUri | None = Field(
         default=None, description=f"omitted: unchanged; null: cleared; {IMAGE_URL_DESCRIPTION}"
+    )
+    milestonePolicies: MilestonePolicies | None = Field(
+        default=None,
+        description=f"omitted: unchanged; null or []: cleared; {MILESTONE_POLICIES_DESCRIPTION}",
     )
 
 
@@ -384,7 +414,7 @@ show once it has), then `updated`, and the `project` read model is included.
     path_params=ProjectPath,
     body=ProjectClaimRequest,
     response=ProjectClaimResponse,
-    errors=(ProjectClaimConflict,),
+    errors=(ProjectClaimConflict, MetadataFrozen),
     exclude_none=True,
     description=CLAIM_DESCRIPTION,
 )
@@ -419,6 +449,7 @@ async def post_claim(call: Call[ProjectClaimRequest, None, ProjectPath]) -> Proj
             image_url=meta.imageUrl,
             project_mode=meta.projectMode,
             bidding_access=meta.biddingAccess,
+            milestone_policies=policy_pairs(meta.milestonePolicies),
         ),
         intent=(
             ClaimIntent(claim.intentId, claim.intentNonce)
@@ -446,7 +477,7 @@ async def post_claim(call: Call[ProjectClaimRequest, None, ProjectPath]) -> Proj
     path_params=ProjectPath,
     body=MetadataPatchRequest,
     response=ProjectReadModel,
-    errors=(ProjectNotFound, Forbidden, ProjectNotClaimed, MetadataLocked),
+    errors=(ProjectNotFound, Forbidden, ProjectNotClaimed, MetadataLocked, MetadataFrozen),
     exclude_none=True,
     description=(
         "PATCH semantics: `title` is required; `description` and `imageUrl` left out keep "
@@ -455,8 +486,9 @@ async def post_claim(call: Call[ProjectClaimRequest, None, ProjectPath]) -> Proj
         "the project is not indexed yet, and for an invite-only project hidden from the "
         "caller (the same answer, so hidden projects are not revealed); 409 "
         "`project_not_claimed` before the claim; 409 `metadata_locked` once the project has "
-        "left `draft` (bidders have priced what the title and description said). Answers the "
-        "updated project read model."
+        "left `draft` (bidders have priced what the title and description said); 409 "
+        "`metadata_frozen` for a request that sets `milestonePolicies` once the project has "
+        "left `draft`, on chain or in the read model. Answers the updated project read model."
     ),
 )
 async def patch_project_metadata(
@@ -473,6 +505,9 @@ async def patch_project_metadata(
         title=body.title,
         description=body.description if "description" in sent else UNCHANGED,
         image_url=body.imageUrl if "imageUrl" in sent else UNCHANGED,
+        milestone_policies=(
+            policy_pairs(body.milestonePolicies) if "milestonePolicies" in sent else UNCHANGED
+        ),
     )
     await call.app[keys.PROJECT_SHARDS].run(command)
     invalidate_local_write(call.app, address)

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from marketplace.actors.verifier_executor import executor_spec
 from marketplace.aio import cancel_and_wait
 from marketplace.config import Settings
 from marketplace.http import keys
@@ -24,16 +25,22 @@ from marketplace.verifier import jobs
 from marketplace.verifier.attestation import Signer
 from marketplace.verifier.errors import (
     ChainMismatch,
+    ChainUnavailable,
+    DeliveryRefMismatch,
     JobNotCompleted,
+    MilestoneNotDisputed,
     MilestoneOutOfRange,
+    NoAcceptancePolicy,
     NotProjectParty,
     NotVerifierJobParty,
+    PolicyMismatch,
     PolicyUnavailable,
     ProjectNotIndexed,
     RawEvidenceExpired,
     VerifierJobNotFound,
     VerifierNotConfigured,
 )
+from marketplace.verifier.execution import VERIFIER_QUEUE
 from marketplace.verifier.models import (
     JobPath,
     VerifierAttemptLog,
@@ -48,6 +55,7 @@ from marketplace.verifier.models import (
     VerifierRawEvidence,
 )
 from marketplace.verifier.policies import available_policies
+from marketplace.verifier.policy import PolicySettings
 from marketplace.verifier.retention import sweep_forever
 
 log = logging.getLogger(__name__)
@@ -71,6 +79,9 @@ def job_url(settings: Settings, job_id: str) -> str:
     body=VerifierJobCreateRequest,
     guarded=True,
     status=202,
+    also_status=(
+        (200, "the dispute's existing job (queued, running or completed): one verdict per dispute"),
+    ),
     errors=(
         ProjectNotFound,
         NotProjectParty,
@@ -78,7 +89,12 @@ def job_url(settings: Settings, job_id: str) -> str:
         PolicyUnavailable,
         ProjectNotIndexed,
         MilestoneOutOfRange,
+        MilestoneNotDisputed,
+        NoAcceptancePolicy,
+        PolicyMismatch,
+        DeliveryRefMismatch,
         VerifierNotConfigured,
+        ChainUnavailable,
     ),
 )
 async def create_job(call: Call[VerifierJobCreateRequest, None, None]) -> Reply:
@@ -86,13 +102,22 @@ async def create_job(call: Call[VerifierJobCreateRequest, None, None]) -> Reply:
     or hold the `verifierAdmin` flag (403 `not_project_party`); a project it cannot see is 404.
     409: `chain_mismatch` (not the configured chain), `policy_unavailable` (this deployment lacks
     the policy's tooling: see `availablePolicies`), `project_not_indexed`,
-    `milestone_out_of_range`. A `deliveryRef` the policy cannot read is 400 `invalid_request`.
-    503 `verifier_not_configured` when no signing key is configured. Answers 202 with the queued
-    job and its `pollUrl`."""
+    `milestone_out_of_range`; then, read from the chain: `milestone_not_disputed` (not the
+    project's active disputed milestone in phase `challenged`), `no_acceptance_policy` (the
+    owner fixed none before bidding: the dispute goes to the multisig), `policy_mismatch`
+    (`checkPolicyId` is not the milestone's policy), `delivery_ref_mismatch` (keccak256 of
+    `deliveryRef` is not the milestone's on-chain `deliveryRefHash`). A `deliveryRef` the policy
+    cannot read, or a `deadline` past the chain's latest block time plus
+    MARKETPLACE_VERIFIER_ATTESTATION_TTL_SECONDS, is 400 `invalid_request`. 503
+    `verifier_not_configured` when no signing key is configured, `chain_unavailable` when the
+    chain cannot be read. Answers 202 with the queued job and its `pollUrl`; one verdict per
+    dispute: while the dispute has a queued, running or completed job, any request for it
+    answers 200 with that job (same `jobId`, its own `request`); only a failed job lets a new
+    one run."""
     principal = call.require_principal()
     # The tool probe runs commands once per process (about a second): never on the loop.
     available = await asyncio.to_thread(available_policies, call.settings)
-    job_id, accepted = await jobs.accept(
+    accepted = await jobs.accept(
         call.pool,
         call.settings,
         user_id=principal.user_id,
@@ -100,8 +125,12 @@ async def create_job(call: Call[VerifierJobCreateRequest, None, None]) -> Reply:
         available=available,
         signing_ready=Signer.from_settings(call.settings) is not None,
     )
-    accepted.pollUrl = job_url(call.settings, str(job_id))
-    return Reply(accepted, status=202, headers={"Location": accepted.pollUrl})
+    response = accepted.response
+    response.pollUrl = job_url(call.settings, str(accepted.job_id))
+    # 202 for a new job; 200 with the dispute's existing job (one verdict per dispute).
+    return Reply(
+        response, status=202 if accepted.created else 200, headers={"Location": response.pollUrl}
+    )
 
 
 @routes.get(
@@ -195,6 +224,19 @@ async def get_raw_evidence(call: Call[None, None, JobPath]) -> VerifierRawEviden
         logs=raw["logs"],
         retentionExpiresAt=row["retention_expires_at"],
     )
+
+
+async def policy_executors(app: web.Application) -> AsyncIterator[None]:
+    """Find or create the policy executor paired with each `verifier` job worker (same index;
+    get-if-exists, detached, like the workers). Each gets only the policy settings: the process
+    that runs the worker's code never receives the signing key or any other secret."""
+    settings = app[keys.SETTINGS]
+    if settings.jobs_enabled:
+        policy_settings = PolicySettings.from_settings(settings)
+        for index in range(VERIFIER_QUEUE.worker_count(settings)):
+            spec = executor_spec(index, settings.verifier_executor_resource)
+            app[keys.ACTORS].handle(spec, policy_settings, index)
+    yield
 
 
 async def retention_sweeper(app: web.Application) -> AsyncIterator[None]:

@@ -40,14 +40,14 @@ WHERE intent_id = $1 AND status = 'pending'
 SELECT_METADATA = """
 SELECT project_address, owner_address, title, description, repo_url, image_url, project_mode,
        bidding_access, claimed_by, claimed_at, updated_at, claim_mode, hash_version, intent_id,
-       tx_hash, config_hash
+       tx_hash, config_hash, milestone_policies
 FROM project_metadata WHERE project_address = $1
 """
 INSERT_METADATA = """
 INSERT INTO project_metadata (project_address, owner_address, title, description, repo_url,
                               image_url, project_mode, bidding_access, claimed_by, claim_mode,
-                              hash_version, intent_id, tx_hash, config_hash)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+                              hash_version, intent_id, tx_hash, config_hash, milestone_policies)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15::jsonb)
 """
 # PATCH semantics: a field the client left out keeps its value ($3 / $5 false), null clears it.
 UPDATE_METADATA = """
@@ -55,6 +55,7 @@ UPDATE project_metadata
 SET title = $2,
     description = CASE WHEN $3 THEN $4 ELSE description END,
     image_url = CASE WHEN $5 THEN $6 ELSE image_url END,
+    milestone_policies = CASE WHEN $7 THEN $8::jsonb ELSE milestone_policies END,
     updated_at = now()
 WHERE project_address = $1
 """
@@ -104,6 +105,7 @@ async def insert_metadata(conn: Connection, **values: Any) -> None:
         values["intent_id"],
         values["tx_hash"],
         values["config_hash"],
+        values.get("milestone_policies") or [],
     )
     payload = {
         "ownerAddress": values["owner_address"],
@@ -124,7 +126,8 @@ async def update_metadata(
     changes: dict[str, Any],
     user_id: uuid.UUID,
 ) -> None:
-    """``changes`` holds only the optional fields the client sent: description, image_url.
+    """``changes`` holds only the optional fields the client sent: description, image_url,
+    milestone_policies (a list of ``{"milestoneIndex", "checkPolicyId"}``).
     Records ``project.metadata_updated`` as the last statement of the caller's transaction."""
     await conn.execute(
         UPDATE_METADATA,
@@ -134,12 +137,16 @@ async def update_metadata(
         changes.get("description"),
         "image_url" in changes,
         changes.get("image_url"),
+        "milestone_policies" in changes,
+        changes.get("milestone_policies") or [],
     )
     fields: dict[str, Any] = {"title": title}
     if "description" in changes:
         fields["description"] = changes["description"]
     if "image_url" in changes:
         fields["imageUrl"] = changes["image_url"]
+    if "milestone_policies" in changes:
+        fields["milestonePolicies"] = changes["milestone_policies"] or []
     payload = {"userId": str(user_id), "changes": fields}
     await events.append(conn, [NewEvent(EventType.PROJECT_METADATA_UPDATED, project, payload)])
 

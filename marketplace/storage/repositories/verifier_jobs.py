@@ -22,7 +22,7 @@ from marketplace.storage.repositories import events
 RECORD = """
     v.id, v.seq, v.job_id, v.created_by, v.project_address, v.milestone_index,
     v.check_policy_id, v.delivery_ref, v.chain_id, v.requested_nonce, v.requested_deadline,
-    v.attestation_nonce, v.max_attempts, v.created_at, v.completed_at,
+    v.attestation_nonce, v.max_attempts, v.dispute_opened_at, v.created_at, v.completed_at,
     v.retention_expires_at, v.passes, v.evidence_hash, v.evidence, v.attestation,
     coalesce(v.status, j.status, 'failed') AS status,
     coalesce(v.attempt_count, j.attempt_count, 0) AS attempt_count,
@@ -41,13 +41,35 @@ FROM = "verifier_jobs v LEFT JOIN jobs j ON j.id = v.job_id"
 INSERT = """
 INSERT INTO verifier_jobs (id, created_by, project_address, milestone_index, check_policy_id,
                            delivery_ref, chain_id, requested_nonce, requested_deadline,
-                           attestation_nonce, max_attempts)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                           attestation_nonce, max_attempts, dispute_opened_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 RETURNING created_at
 """
 SET_JOB = "UPDATE verifier_jobs SET job_id = $2 WHERE id = $1"
 
 SELECT_ONE = f"SELECT {RECORD} FROM {FROM} WHERE v.id = $1"
+
+# One verdict per dispute: requests for the same dispute take this lock (transaction-scoped),
+# then look for its job that has not failed, and insert only when there is none.
+LOCK_DISPUTE = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
+SELECT_DISPUTE_JOB = f"""
+SELECT {RECORD} FROM {FROM}
+WHERE v.project_address = $1 AND v.milestone_index = $2 AND v.dispute_opened_at = $3
+  AND coalesce(v.status, j.status, 'failed') <> 'failed'
+ORDER BY v.seq DESC
+LIMIT 1
+"""
+
+# The acceptance policy the owner fixed for a milestone; only metadata whose claimed owner is the
+# indexed owner counts (as for every other field of the claimed metadata).
+SELECT_ACCEPTANCE_POLICY = """
+SELECT item ->> 'checkPolicyId'
+FROM projects p
+JOIN project_metadata md
+  ON md.project_address = p.project_address AND md.owner_address = p.owner_address
+CROSS JOIN LATERAL jsonb_array_elements(md.milestone_policies) AS item
+WHERE p.project_address = $1 AND (item ->> 'milestoneIndex')::int = $2
+"""
 
 # Jobs the viewer may list: created by it, or of a project whose indexed owner or selected worker
 # is one of its active wallets; every job for verifier admins ($2).
@@ -136,6 +158,7 @@ async def insert(
     requested_deadline: int | None,
     attestation_nonce: int,
     max_attempts: int,
+    dispute_opened_at: int,
 ) -> Any:
     """Insert the request row; returns its ``created_at``."""
     return await conn.fetchval(
@@ -151,7 +174,26 @@ async def insert(
         requested_deadline,
         attestation_nonce,
         max_attempts,
+        dispute_opened_at,
     )
+
+
+async def lock_dispute(
+    conn: Connection, project: str, milestone_index: int, opened_at: int
+) -> None:
+    await conn.execute(LOCK_DISPUTE, f"verifier-dispute:{project}:{milestone_index}:{opened_at}")
+
+
+async def dispute_job(
+    conn: Conn, project: str, milestone_index: int, opened_at: int
+) -> asyncpg.Record | None:
+    """The dispute's job that is queued, running or completed, if any."""
+    return await conn.fetchrow(SELECT_DISPUTE_JOB, project, milestone_index, opened_at)
+
+
+async def acceptance_policy(conn: Conn, project: str, milestone_index: int) -> str | None:
+    value: str | None = await conn.fetchval(SELECT_ACCEPTANCE_POLICY, project, milestone_index)
+    return value
 
 
 async def set_queue_job(conn: Conn, verifier_job_id: uuid.UUID, queue_job_id: int) -> None:

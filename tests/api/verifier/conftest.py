@@ -20,16 +20,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import ray
 from eth_account import Account
 from pydantic import SecretStr
 
 from marketplace.actors.job_worker import location
+from marketplace.actors.verifier_executor import executor_spec
 from marketplace.config import Settings
 from marketplace.devnet.anvil import AnvilProcess
 from marketplace.devnet.deploy import DEV_VERIFIER_PRIVATE_KEY, Deployment
 from marketplace.jobs.worker import JobWorker
 from marketplace.storage.pool import create_pool
 from marketplace.verifier.execution import VERIFIER_QUEUE
+from marketplace.verifier.policy import PolicySettings
 from tests.api.projects import seed
 from tests.api.records.conftest import (
     AppFactory,
@@ -43,7 +46,9 @@ from tests.api.records.conftest import (
     seed_project,
 )
 from tests.conftest import Servers, make_settings
+from tests.contracts.helpers import Chain
 from tests.support.chain import start_devnet, web3_for
+from tests.support.disputes import disputed_project, set_policies
 
 __all__ = [
     "AppFactory",
@@ -56,6 +61,7 @@ __all__ = [
     "random_address",
     "seed",
     "seed_project",
+    "set_policies",
 ]
 
 VERIFIER_KEY = DEV_VERIFIER_PRIVATE_KEY
@@ -82,6 +88,13 @@ def devnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Devnet]:
     (``eth_getCode``, ``isNonceUsed``, the latest block), so tests need no snapshots."""
     with start_devnet(tmp_path_factory.mktemp("verifier-anvil"), silent=True) as (proc, dep):
         yield Devnet(proc, dep)
+
+
+@pytest.fixture(scope="package")
+def chain(devnet: Devnet) -> Chain:
+    """A driver of the package's devnet. Tests add projects and never revert: each test makes
+    its own projects, so they do not see each other's."""
+    return Chain(web3_for(devnet.rpc_url), devnet.deployment)
 
 
 def closed_port_url() -> str:
@@ -133,7 +146,9 @@ class LongestBackoff(random.Random):
 async def verifier_worker(
     settings: Settings, *, rng: random.Random | None = None
 ) -> AsyncIterator[JobWorker]:
-    """A `verifier` queue worker in the test's loop, with ``settings``."""
+    """A `verifier` queue worker in the test's loop, with ``settings``, and its policy executor
+    (a real Ray actor given only the policy settings, as in production)."""
+    executor = start_executor(settings)
     pool = await create_pool(settings.database_url, min_size=1, max_size=4)
     worker = JobWorker(
         VERIFIER_QUEUE,
@@ -151,6 +166,33 @@ async def verifier_worker(
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await pool.close()
+        ray.kill(executor, no_restart=True)
+
+
+def start_executor(settings: Settings, index: int = 0) -> Any:
+    """The policy executor paired with worker ``index`` (in ``settings.ray_namespace``), made
+    afresh: a previous test's one, with its settings, is killed first."""
+    spec = executor_spec(index)
+    with contextlib.suppress(ValueError):
+        ray.kill(ray.get_actor(spec.name, namespace=settings.ray_namespace), no_restart=True)
+        wait_gone(spec.name, settings.ray_namespace)
+    options = spec.ray_options(settings.ray_namespace)
+    return (
+        ray.remote(spec.cls)
+        .options(**options)
+        .remote(PolicySettings.from_settings(settings), index)
+    )
+
+
+def wait_gone(name: str, namespace: str, within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(name, namespace=namespace)
+        except ValueError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"actor {name} still registered after {within} s")
 
 
 def job_body(project: str, **values: Any) -> dict[str, Any]:
@@ -202,6 +244,46 @@ async def wait_status(
         f"job {job_id} to be {'/'.join(statuses)}",
         within,
     )
+
+
+async def disputed_with_parties(
+    client: Any,
+    db: Any,
+    chain: Chain,
+    delivery_ref: str,
+    *,
+    policy: str | None = "address-smoke",
+    index: int = 0,
+    parties: tuple[Party, Party] | None = None,
+    **values: Any,
+) -> tuple[str, Party, Party]:
+    """A project disputed on the devnet (milestone ``index`` submitted with ``delivery_ref``,
+    phase challenged), indexed with an owner and selected worker linked through the API, its
+    claimed metadata fixing ``policy`` as the milestone's acceptance policy (None: no policy).
+    The read model's parties are the API users' wallets, not the chain's accounts: job requests
+    read the parties from the read model and the dispute from the chain. ``parties``: the
+    (owner, worker) of another project, so one pair can have several disputes (one verdict
+    each); new linked users by default."""
+    contract = disputed_project(chain, delivery_ref, index=index)
+    if parties is None:
+        parties = (await linked_party(client), await linked_party(client))
+    owner, worker = parties
+    count = max(2, index + 1)
+    project = await seed_project(
+        db,
+        project_address=contract.address.lower(),
+        owner_address=owner.lower,
+        selected_builder_address=worker.lower,
+        status="dispute",
+        milestone_count=count,
+        **values,
+    )
+    for i in range(count):
+        await seed.milestone(db, project, i)
+    await seed.metadata(db, project, owner.lower)
+    if policy is not None:
+        await set_policies(db, project, [(index, policy)])
+    return project, owner, worker
 
 
 async def project_with_parties(
