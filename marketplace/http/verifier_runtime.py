@@ -7,33 +7,61 @@ exposing ``POST /v1/verify`` to the internal scheduler (docs/verifier.md, "Verif
 ``{passes, evidenceHash, evidence}``. Nothing is stored and nothing is signed: queued jobs with
 attestations are ``POST /v1/verifier/jobs`` on the API. Errors are the API's
 ``{"error", "message"}``: 401 without the secret, 400 for a bad body or a ``deliveryRef`` the
-policy cannot read, 409 ``policy_unavailable``, 503 (with ``Retry-After``) when the check hit a
-transient failure or Ray is unavailable, 504 when it ran out of time.
+policy cannot read, 409 ``policy_unavailable``, 413 for a body over 16 KiB, 429 once the
+caller's address has spent its failed-secret budget, 503 (with ``Retry-After``) when the check
+hit a transient failure or Ray is unavailable, 504 when it ran out of time, and JSON 404 / 405
+for other paths and methods.
+
+The failed-secret budget is the API's failed-authentication limit (:mod:`marketplace.http.
+ratelimit`): the same Redis key per client address, so the API, this runtime and every replica
+of either spend one budget between them (the scheduler secret opens both).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import hmac
 import json
 import logging
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import redis.asyncio as aioredis
 from aiohttp import web
 from pydantic import Field, ValidationError
 
+from marketplace.auth import bearer_token, is_scheduler_token
 from marketplace.config import Settings, load_settings
+from marketplace.errors import (
+    InvalidRequest,
+    MarketplaceError,
+    PayloadTooLarge,
+    ServiceUnavailable,
+    Unauthorized,
+)
+from marketplace.http.middlewares import _from_http_exception, error_response
+from marketplace.http.ratelimit import RateLimiter
 from marketplace.logs import configure_logging
+from marketplace.redis_client import Redis
 from marketplace.types import RequestModel, ResponseModel
+from marketplace.verifier.errors import PolicyUnavailable
 from marketplace.verifier.policies import available_policies, parse_delivery_ref
-from marketplace.verifier.policy import InvalidDeliveryRef, PolicyId
+from marketplace.verifier.policy import InvalidDeliveryRef, PolicyId, PolicySettings
 
 log = logging.getLogger(__name__)
 VERIFY_PATH = "/v1/verify"
 MAX_BODY_BYTES = 16_384
+# Retry-After of a 503: a transient policy failure or Ray being away is seldom over at once.
+RETRY_AFTER_SECONDS = 5
+# The limiter makes one short Redis call per request: a few connections are plenty, and a
+# request waits for a free one rather than failing.
+REDIS_MAX_CONNECTIONS = 8
+REDIS_POOL_WAIT_SECONDS = 5.0
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings", Settings)
+# Absent when rate limits are off (MARKETPLACE_RATE_LIMIT_ENABLED=false).
+AUTH_LIMITER: web.AppKey[RateLimiter] = web.AppKey("auth_limiter", RateLimiter)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class VerifyRequest(RequestModel):
@@ -47,66 +75,165 @@ class VerifyResponse(ResponseModel):
     evidence: dict[str, Any]
 
 
-def _error(status: int, code: str, message: str, **headers: str) -> web.Response:
-    return web.json_response({"error": code, "message": message}, status=status, headers=headers)
+class VerifyTimeout(MarketplaceError):
+    code = "verify_timeout"
+    status = 504
+    default_message = "the check did not finish in time"
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every answer is the API's ``{"error", "message"}`` JSON, aiohttp's own 404 and 405
+    included; the rendering is the API's (:mod:`marketplace.http.middlewares`). The API's
+    middleware also does metrics, access log and hooks this runtime does not have, so only its
+    error half is reused."""
+    try:
+        return await handler(request)
+    except MarketplaceError as exc:
+        if exc.status >= 500:
+            log.warning("verify request failed: %s", exc.message, extra={"error": exc.code})
+        response = error_response(exc, None)
+        if request.content.exception() is not None:
+            # The body could not be decoded: this connection cannot carry another request.
+            response.force_close()
+        return response
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        response = error_response(_from_http_exception(exc), None)
+        if "Allow" in exc.headers:
+            # A 405 must say what is allowed (RFC 9110 15.5.6).
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("unhandled error in the verifier runtime")
+        return error_response(MarketplaceError(), None)
 
 
 def _authorized(request: web.Request, settings: Settings) -> bool:
     secret = settings.scheduler_secret
-    header = request.headers.get("Authorization", "")
-    if secret is None or not header.startswith("Bearer "):
+    try:
+        token = bearer_token(request.headers.get("Authorization"))
+    except Unauthorized:
+        return False  # another scheme: not the secret
+    if token is None or secret is None:
         return False
-    return hmac.compare_digest(header[7:].encode(), secret.get_secret_value().encode())
+    return is_scheduler_token(token, secret.get_secret_value())  # constant time
+
+
+async def authenticate(request: web.Request, settings: Settings) -> None:
+    """The scheduler secret, or 401; 429 once the address's failed-secret budget is spent.
+
+    The budget is checked before the secret is looked at, so a locked-out address gets 429 even
+    with the right secret: otherwise guessing would go on at full speed and the answer would
+    tell a guesser when it hit. Unlike the API, a request without any credentials counts as a
+    failure too: this runtime has no public route and one caller, which always sends the secret.
+    """
+    limiter = request.app.get(AUTH_LIMITER)
+    if limiter is None:  # rate limits are off
+        if not _authorized(request, settings):
+            raise Unauthorized("the scheduler secret is required")
+        return
+    attempt = await limiter.before_credentials(request)  # raises RateLimited (429)
+    if _authorized(request, settings):
+        # Gives back the attempt counted in advance while the address has failures on record.
+        await limiter.credentials_accepted(request, attempt)
+        return
+    await limiter.credentials_failed(request, attempt)
+    raise Unauthorized("the scheduler secret is required")
+
+
+async def _read_body(request: web.Request) -> bytes:
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"at most {MAX_BODY_BYTES} bytes")
+    try:
+        raw = await request.content.read(MAX_BODY_BYTES + 1)
+    except web.RequestPayloadError:
+        # Corrupt compressed data or broken chunked framing; see marketplace.http.routing.
+        request.content.feed_eof()
+        raise InvalidRequest("request body could not be decoded") from None
+    if len(raw) > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"at most {MAX_BODY_BYTES} bytes")
+    return raw
 
 
 async def verify(request: web.Request) -> web.Response:
-    from ray.exceptions import GetTimeoutError, RayError, RayTaskError
-
-    from marketplace.actors.runtime import settings_for_actor
-    from marketplace.actors.verifier_task import run_policy_task
-    from marketplace.verifier.policy import TransientPolicyError
-
     settings = request.app[SETTINGS]
-    if not _authorized(request, settings):
-        return _error(401, "unauthorized", "the scheduler secret is required")
-    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-        return _error(413, "payload_too_large", f"at most {MAX_BODY_BYTES} bytes")
-    raw = await request.content.read(MAX_BODY_BYTES + 1)
-    if len(raw) > MAX_BODY_BYTES:
-        return _error(413, "payload_too_large", f"at most {MAX_BODY_BYTES} bytes")
+    await authenticate(request, settings)
+    raw = await _read_body(request)
     try:
         body = VerifyRequest.model_validate_json(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "body"
-        return _error(400, "invalid_request", f"invalid request: {where}: {first['msg']}")
+        raise InvalidRequest(f"invalid request: {where}: {first['msg']}") from None
     if body.checkPolicyId not in await asyncio.to_thread(available_policies, settings):
-        return _error(409, "policy_unavailable", f"{body.checkPolicyId.value} is not available")
+        raise PolicyUnavailable(f"{body.checkPolicyId.value} is not available")
     try:
         parse_delivery_ref(body.checkPolicyId, body.deliveryRef, settings)
     except InvalidDeliveryRef as exc:
-        return _error(400, "invalid_request", f"invalid request: deliveryRef: {exc}")
+        raise InvalidRequest(f"invalid request: deliveryRef: {exc}") from None
+    # Not at the top: the CLI imports this module for its arguments, before `verifier serve`
+    # has prepared Ray's environment (which must come before Ray is imported).
+    from ray.exceptions import GetTimeoutError, RayError, RayTaskError
+
+    from marketplace.actors.verifier_task import run_policy_task
+    from marketplace.verifier.policy import TransientPolicyError
+
     ref = run_policy_task.remote(
-        settings_for_actor(settings), body.checkPolicyId.value, body.deliveryRef
+        PolicySettings.from_settings(settings), body.checkPolicyId.value, body.deliveryRef
     )
     try:
         result = await asyncio.wait_for(ref, settings.verifier_job_timeout_seconds)
     except TimeoutError:
-        return _error(504, "verify_timeout", "the check did not finish in time")
+        raise VerifyTimeout() from None
     except RayTaskError as exc:
         cause = exc.cause if hasattr(exc, "cause") else None
         if isinstance(cause, TransientPolicyError):
-            return _error(503, "service_unavailable", str(cause), **{"Retry-After": "5"})
+            raise ServiceUnavailable(str(cause), retry_after=RETRY_AFTER_SECONDS) from None
         log.warning("verify task failed", exc_info=True)
-        return _error(503, "service_unavailable", "the check failed to run", **{"Retry-After": "5"})
+        raise ServiceUnavailable(
+            "the check failed to run", retry_after=RETRY_AFTER_SECONDS
+        ) from None
     except (RayError, GetTimeoutError):
-        return _error(503, "service_unavailable", "Ray is unavailable", **{"Retry-After": "5"})
+        raise ServiceUnavailable("Ray is unavailable", retry_after=RETRY_AFTER_SECONDS) from None
     return web.json_response(json.loads(VerifyResponse(**result).model_dump_json()))
 
 
+async def _auth_limiter(app: web.Application) -> AsyncIterator[None]:
+    """The API's failed-authentication limiter on the API's Redis: one budget per address
+    across the API, this runtime and their replicas. Redis must answer at start (as for
+    ``marketplace serve``: a wrong URL shows at once); an outage later is absorbed by the
+    limiter, which then counts per process (marketplace.gcra)."""
+    settings = app[SETTINGS]
+    if not settings.rate_limit_enabled:
+        yield
+        return
+    pool = aioredis.BlockingConnectionPool.from_url(
+        settings.redis_url,
+        decode_responses=True,
+        max_connections=REDIS_MAX_CONNECTIONS,
+        timeout=REDIS_POOL_WAIT_SECONDS,
+    )
+    client = Redis.from_pool(pool)
+    try:
+        await client.ping()
+        app[AUTH_LIMITER] = RateLimiter(client, settings)
+        yield
+    finally:
+        await client.aclose()
+
+
 def create_runtime_app(settings: Settings) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    """The runtime's app. Unless rate limits are off, ``settings.redis_url`` must be set: the
+    failed-secret budget lives there (docs/verifier.md, "Verifier runtime")."""
+    if settings.rate_limit_enabled and not settings.redis_url:
+        raise ValueError("the verifier runtime needs redis_url for its failed-secret budget")
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[json_errors])
     app[SETTINGS] = settings
+    app.cleanup_ctx.append(_auth_limiter)
     app.router.add_post(VERIFY_PATH, verify)
     return app
 
@@ -125,21 +252,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
         overrides["port"] = args.port
     settings = load_settings(**overrides)
     configure_logging(settings.log_level, settings.log_json)
+    missing = []
     if settings.scheduler_secret is None:
-        print(
-            "the verifier runtime needs MARKETPLACE_SCHEDULER_SECRET (its callers' bearer token)",
-            file=sys.stderr,
-        )
+        missing.append("MARKETPLACE_SCHEDULER_SECRET (its callers' bearer token)")
+    if settings.rate_limit_enabled and not settings.redis_url:
+        missing.append("MARKETPLACE_REDIS_URL (where failed secrets are counted)")
+    if missing:
+        print(f"the verifier runtime needs {' and '.join(missing)}", file=sys.stderr)
         return 2
     if not settings.ray_address:
         from marketplace.actors.ray_env import prepare_local_ray_environment
 
         prepare_local_ray_environment()
+    from marketplace.http.server import serve
+
     _connect_ray(settings)
-    log.info(
-        "verifier runtime serving", extra={"url": f"http://{settings.listen_address}{VERIFY_PATH}"}
-    )
-    web.run_app(create_runtime_app(settings), host=settings.host, port=settings.port, print=None)
+    app = create_runtime_app(settings)
+
+    def ready() -> None:
+        log.info(
+            "verifier runtime serving",
+            extra={"url": f"http://{settings.listen_address}{VERIFY_PATH}"},
+        )
+
+    # The API's server: errors of aiohttp's own HTTP parser (an oversize header, a malformed
+    # request line) are JSON here too, and SIGTERM shuts down gracefully.
+    asyncio.run(serve(app, settings.host, settings.port, on_ready=ready))
     return 0
 
 

@@ -9,12 +9,17 @@ pinned with ``http.curloptResolve``. Redirects are followed by hand, each hop ch
 
 ``verifier_allow_private_hosts`` turns the guard off (local fixtures, a private git server). It
 also admits plain ``http://`` URLs, which only a local fixture needs.
+
+Before any of that, when a ``deliveryRef`` is read, :func:`check_host_form` refuses hosts that
+no fetch could ever reach as written (legacy IPv4 forms, empty labels, port 0...), so such a
+reference is a 400 instead of a job that can only fail.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,6 +28,8 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
+
+from marketplace.verifier.policy import InvalidDeliveryRef
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -34,6 +41,13 @@ _EXTRA_FORBIDDEN = (
     ipaddress.IPv4Network("198.18.0.0/15"),
     ipaddress.IPv6Network("fec0::/10"),  # deprecated site-local
 )
+# One label of a host name as the URL parser leaves it (lower case, IDNA names already in their
+# xn-- form). Underscores are not LDH but real hosts carry them and resolvers answer for them.
+_HOST_LABEL = re.compile(r"[a-z0-9_-]+", re.IGNORECASE)
+# A last label that makes a URL host an IPv4 address (WHATWG URL "ends in a number"): decimal,
+# or 0x hex, as inet_aton reads it.
+_NUMERIC_LABEL = re.compile(r"[0-9]+|0x[0-9a-f]*", re.IGNORECASE)
+_MAX_HOST_NAME = 253
 
 
 class HostRefused(Exception):
@@ -78,6 +92,65 @@ def check_address(text: str, *, allow_private: bool) -> IPAddress:
     if not allow_private and address_forbidden(ip):
         raise HostRefused(f"{text} is not a public address")
     return ip
+
+
+def check_host_form(url: URL) -> None:
+    """Refuse (:class:`InvalidDeliveryRef`) a URL whose host no fetch could ever reach as
+    written; whether an acceptable host is public is decided later, when it is fetched.
+
+    IPv4 literals must be four decimal numbers 0-255 without leading zeros. The legacy forms
+    inet_aton reads (``2130706433``, ``0x7f.0.0.1``, ``0177.0.0.1``, ``127.1``) are refused: no
+    TLS certificate can match them (certificates name DNS names or IP addresses, never
+    ``127.1``), so a fetch could only fail, and a failed handshake looks transient and would be
+    retried; and they are where parsers disagree (the resolver and browsers read an address,
+    ``ipaddress`` reads a name), which is how SSRF filters are slipped past. The rule is WHATWG's:
+    a host whose last label is numeric is an IPv4 address, so ``a.123`` and ``1.2.3.4.5`` are
+    refused too, and so is a dotted quad with a final dot (no resolver answers for it). A name may
+    end with one dot (the DNS root; it resolves). Bracketed IPv6 literals are accepted, without a
+    zone (``%25eth0`` names an interface of the machine that fetches). Port 0 is refused.
+    """
+    host = url.raw_host
+    if not host:
+        raise InvalidDeliveryRef("the URL names no host")
+    if url.explicit_port == 0:
+        raise InvalidDeliveryRef("port 0 cannot be fetched")
+    if ":" in host:
+        # Only a bracketed IPv6 literal puts a colon in the host; yarl has checked its form.
+        if "%" in host:
+            raise InvalidDeliveryRef(f"IPv6 host [{host}] has a zone; only a plain address works")
+        return
+    name = host.removesuffix(".")
+    labels = name.split(".")
+    if "" in labels:
+        raise InvalidDeliveryRef(f"host {host!r} has an empty label")
+    if len(name) > _MAX_HOST_NAME:
+        raise InvalidDeliveryRef(f"host name is longer than {_MAX_HOST_NAME} characters")
+    if any(len(label) > 63 for label in labels):
+        raise InvalidDeliveryRef(f"host {host!r} has a label longer than 63 characters")
+    if not all(_HOST_LABEL.fullmatch(label) for label in labels):
+        raise InvalidDeliveryRef(
+            f"host {host!r} is not a host name (labels of letters, digits, '-' and '_'; "
+            "international names are fine)"
+        )
+    if not _NUMERIC_LABEL.fullmatch(labels[-1]):
+        return
+    if name != host:
+        raise InvalidDeliveryRef(f"IPv4 host {host!r}: write the address without the final dot")
+    try:
+        canonical = str(ipaddress.IPv4Address(name)) == name
+    except ValueError:
+        canonical = False
+    if canonical:
+        return
+    if all(_NUMERIC_LABEL.fullmatch(label) for label in labels):
+        raise InvalidDeliveryRef(
+            f"host {host!r} is not a dotted-quad IPv4 address: write four decimal numbers "
+            "0-255 without leading zeros (decimal, octal, hex and shortened forms are not fetched)"
+        )
+    raise InvalidDeliveryRef(
+        f"host {host!r} ends with a numeric label, which makes it an IPv4 address, "
+        "and it is not one (four decimal numbers 0-255)"
+    )
 
 
 def ip_literal(host: str) -> IPAddress | None:
@@ -185,6 +258,13 @@ async def guarded_get(
     current = URL(url)
     for _ in range(max_redirects + 1):
         check_url_scheme(current, allow_private=allow_private)
+        try:
+            # A redirect may name a host no fetch can reach as written (checked for the
+            # reference when it was read): refused, a deterministic answer, not a failed
+            # handshake that would look transient.
+            check_host_form(current)
+        except InvalidDeliveryRef as exc:
+            raise HostRefused(str(exc)) from None
         literal = ip_literal(current.raw_host or "")
         if literal is not None:
             check_address(str(literal), allow_private=allow_private)

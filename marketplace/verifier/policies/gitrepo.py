@@ -19,7 +19,7 @@ from pathlib import Path
 
 from yarl import URL
 
-from marketplace.verifier.net import HostRefused, ip_literal, resolve_checked
+from marketplace.verifier.net import HostRefused, check_host_form, ip_literal, resolve_checked
 from marketplace.verifier.policies.tooling import probe
 from marketplace.verifier.policy import (
     InvalidDeliveryRef,
@@ -105,6 +105,7 @@ def parse_repo_ref(text: str, settings: PolicySettings) -> RepoRef:
         schemes = ("https", "http") if settings.verifier_allow_private_hosts else ("https",)
         if url.scheme not in schemes:
             raise InvalidDeliveryRef(f"the repository URL must be {' or '.join(schemes)}://")
+        check_host_form(url)
         if base.scheme == "file" or _authority(url) != _authority(base):
             raise InvalidDeliveryRef(
                 f"repositories are fetched from {settings.verifier_git_base_url}; "

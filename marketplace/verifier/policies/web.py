@@ -19,6 +19,7 @@ from marketplace.verifier.net import (
     HostNotFound,
     HostRefused,
     TooManyRedirects,
+    check_host_form,
     guarded_get,
     guarded_session,
 )
@@ -75,6 +76,7 @@ def _web_url(text: str, settings: PolicySettings) -> URL:
         raise InvalidDeliveryRef(f"expected an {' or '.join(schemes)}:// URL")
     if url.user or url.password:
         raise InvalidDeliveryRef("the URL may not carry credentials")
+    check_host_form(url)
     return url
 
 

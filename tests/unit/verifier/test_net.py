@@ -5,16 +5,21 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from yarl import URL
 
 from marketplace.verifier.net import (
     FetchTrace,
     HostRefused,
     address_forbidden,
     check_address,
+    check_host_form,
     guarded_get,
     guarded_session,
     resolve_checked,
 )
+from marketplace.verifier.policy import InvalidDeliveryRef
 
 FORBIDDEN = [
     "127.0.0.1",
@@ -86,3 +91,97 @@ async def test_fetch_refuses_before_connecting(url: str) -> None:
             async with guarded_get(session, url, allow_private=False, trace=trace):
                 pass
     assert trace.hops == []
+
+
+# (URL, a word the refusal's message must carry, so the right rule is seen to fire)
+UNFETCHABLE_HOSTS = [
+    ("https://2130706433/x.png", "dotted-quad"),  # decimal 127.0.0.1
+    ("https://0177.0.0.1/", "dotted-quad"),  # octal
+    ("https://0x7f.0.0.1/", "dotted-quad"),  # hex
+    ("https://0X7F.0.0.1/", "dotted-quad"),
+    ("https://0x7f000001/", "dotted-quad"),
+    ("https://127.1/", "dotted-quad"),  # shortened
+    ("https://10.1/", "dotted-quad"),
+    ("https://127.0.1/", "dotted-quad"),
+    ("https://127.0.0.01/", "dotted-quad"),  # leading zero
+    ("https://256.0.0.1/", "dotted-quad"),  # octet out of range
+    ("https://1.2.3.4.5/", "dotted-quad"),
+    ("https://\uff11\uff12\uff17.1/", "dotted-quad"),  # fullwidth digits, read as 127.1
+    ("https://a.123/", "numeric label"),
+    ("https://example.0x1f/", "numeric label"),
+    ("https://127.0.0.1./", "final dot"),
+    ("https://8.8.8.8./", "final dot"),
+    ("https://a..example/", "empty label"),
+    ("https://.example/", "empty label"),
+    ("https://example.com../", "empty label"),
+    ("https://" + "a" * 64 + ".example/", "longer than 63"),
+    ("https://" + "a." * 127 + "example/", "longer than 253"),
+    ("https://ex%61mple.com/", "not a host name"),
+    ("https://exa$mple.com/", "not a host name"),
+    ("https://example.com:0/", "port 0"),
+    ("https://[fe80::1%25eth0]/", "zone"),
+]
+FETCHABLE_HOSTS = [
+    "https://8.8.8.8/x.png",
+    "https://127.0.0.1/x.png",  # well formed: the guard refuses it when fetching
+    "https://0.0.0.0/",
+    "https://255.255.255.255:8443/",
+    "https://[::1]/",
+    "https://[2606:4700:4700::1111]:443/x.png",
+    "https://[::ffff:127.0.0.1]/",
+    "https://cdn.example/x.png",
+    "https://CDN.Example:8443/x.png",
+    "https://example.com./x.png",  # fully qualified: resolves
+    "https://123.example.com/",  # numeric labels before the last are names
+    "https://1e1/",  # not numeric: a (nonexistent) name
+    "https://my_host.example/",
+    "https://b\u00fccher.example/x.png",  # IDNA
+    "https://xn--bcher-kva.example/x.png",
+    "https://" + "a" * 63 + ".example/",
+]
+
+
+@pytest.mark.parametrize(("url", "reason"), UNFETCHABLE_HOSTS)
+def test_unfetchable_host_forms_are_refused(url: str, reason: str) -> None:
+    with pytest.raises(InvalidDeliveryRef, match=reason):
+        check_host_form(URL(url))
+
+
+@pytest.mark.parametrize("url", FETCHABLE_HOSTS)
+def test_fetchable_host_forms_are_accepted(url: str) -> None:
+    check_host_form(URL(url))
+
+
+@pytest.mark.parametrize("url", ["https://127.1/x.png", "https://0x7f.0.0.1/", "https://a..b/"])
+async def test_fetch_refuses_unfetchable_host_forms_even_with_private_hosts_allowed(
+    url: str,
+) -> None:
+    """A redirect can name such a host too: refused (deterministic), never connected to."""
+    trace = FetchTrace()
+    async with guarded_session(allow_private=True, timeout_s=5) as session:
+        with pytest.raises(HostRefused, match="host"):
+            async with guarded_get(session, url, allow_private=True, trace=trace):
+                pass
+    assert trace.hops == []
+
+
+async def test_a_redirect_to_an_unfetchable_host_form_is_refused() -> None:
+    """127.1 is 127.0.0.1 to the resolver: with private hosts allowed, the hop would connect."""
+
+    async def redirect(request: web.Request) -> web.Response:
+        raise web.HTTPFound(f"http://127.1:{request.url.port}/target")
+
+    async def target(request: web.Request) -> web.Response:
+        return web.Response(text="reached")
+
+    app = web.Application()
+    app.router.add_get("/start", redirect)
+    app.router.add_get("/target", target)
+    trace = FetchTrace()
+    async with TestServer(app, host="127.0.0.1") as server:
+        start = str(server.make_url("/start"))
+        async with guarded_session(allow_private=True, timeout_s=5) as session:
+            with pytest.raises(HostRefused, match="dotted-quad"):
+                async with guarded_get(session, start, allow_private=True, trace=trace):
+                    pass
+    assert trace.hops == [(start, 302)]

@@ -132,3 +132,43 @@ def test_sniff_image() -> None:
     assert sniff_image(b"RIFF\x10\x00\x00\x00WEBPVP8 ") == "webp"
     assert sniff_image(b"RIFF\x10\x00\x00\x00WAVEfmt ") is None
     assert sniff_image(b"<html>") is None
+
+
+REPOSITORY_POLICIES = [
+    PolicyId.GITHUB_REF,
+    PolicyId.NPM_TEST,
+    PolicyId.CARGO_TEST,
+    PolicyId.FORGE_TEST,
+]
+LEGACY_HOSTS = ["2130706433", "0177.0.0.1", "0x7f.0.0.1", "127.1", "10.1", "127.0.0.1."]
+
+
+@pytest.mark.parametrize("host", LEGACY_HOSTS)
+@pytest.mark.parametrize("settings", [SETTINGS, PRIVATE], ids=["public-only", "private-allowed"])
+def test_unfetchable_hosts_refused_for_every_url_policy(host: str, settings: Settings) -> None:
+    """Refused when read, whatever the private-hosts setting: the host form is the fault, not
+    the address it might reach (that is the SSRF guard's question, asked when fetching)."""
+    refs = [
+        (PolicyId.SCREENSHOT_REF, f"https://{host}/x.png"),
+        (PolicyId.FIGMA_REF, f"https://{host}/file/AbC123/x"),
+        *((pid, f"https://{host}/acme/widget@main") for pid in REPOSITORY_POLICIES),
+    ]
+    for policy, text in refs:
+        with pytest.raises(InvalidDeliveryRef, match="IPv4"):
+            parse_delivery_ref(policy, text, settings)
+
+
+def test_well_formed_ip_literals_still_parse() -> None:
+    """Dotted quads and bracketed IPv6 stay references (the guard refuses private ones when
+    fetching unless private hosts are allowed)."""
+    for text in ("https://127.0.0.1/a.png", "https://[::1]:8443/a.png", "https://8.8.8.8/a.png"):
+        ref = parse_delivery_ref(PolicyId.SCREENSHOT_REF, text, SETTINGS)
+        assert ref.fetch_url == text
+    figma = Settings(verifier_figma_host="127.0.0.1:8443")
+    ref = parse_delivery_ref(PolicyId.FIGMA_REF, "https://127.0.0.1:8443/file/AbC/x", figma)
+    assert ref.key == "AbC"
+    git = Settings(verifier_git_base_url="https://127.0.0.1:8443")
+    ref = parse_delivery_ref(PolicyId.GITHUB_REF, "https://127.0.0.1:8443/o/r@main", git)
+    assert ref.url == "https://127.0.0.1:8443/o/r.git"
+    with pytest.raises(InvalidDeliveryRef, match="port 0"):
+        parse_delivery_ref(PolicyId.GITHUB_REF, "https://127.0.0.1:0/o/r@main", git)
