@@ -28,6 +28,7 @@ PROJECT_REQUIRED = {
     "createdAt",
     "updatedAt",
     "milestoneCount",
+    "milestonePolicies",
     "milestones",
 }
 
@@ -93,7 +94,7 @@ async def test_every_field_of_a_challenge_project(client: Any, db: asyncpg.Conne
     await seed.milestone(db, address, 0)
 
     milestones = [
-        {"milestoneIndex": 0, "status": "pending", "attestedOnChain": False},
+        {"milestoneIndex": 0, "status": "pending", "attestedOnChain": False, "checkPolicyId": None},
         {
             "milestoneIndex": 1,
             "status": "attested",
@@ -107,6 +108,7 @@ async def test_every_field_of_a_challenge_project(client: Any, db: asyncpg.Conne
             "latestVerifierJobId": str(job),
             "latestVerifierPasses": True,
             "attestedOnChain": True,
+            "checkPolicyId": None,
         },
     ]
     expected = {
@@ -138,6 +140,7 @@ async def test_every_field_of_a_challenge_project(client: Any, db: asyncpg.Conne
         "disputeVerdictSubmittedAt": "1700000002",
         "disputeOwnerEvidenceHash": seed.bytes32(11),
         "disputeWorkerEvidenceHash": seed.bytes32(12),
+        "milestonePolicies": [],
         "milestones": milestones,
     }
     assert expected["projectAddress"] != address  # checksumming changed the case
@@ -175,6 +178,7 @@ async def test_minimal_standard_project_omits_every_absent_field(
     assert set(body) == PROJECT_REQUIRED | {"projectMode", "biddingAccess", "bidBondUSDC"}
     assert body["bidBondUSDC"] == "0"  # zero is a value, not an absence
     assert body["milestones"] == []
+    assert body["milestonePolicies"] == []
     assert body["milestoneCount"] == 0
     assert "challengeSubmissionCount" not in body  # challenge mode only
     assert "title" not in body  # not claimed yet

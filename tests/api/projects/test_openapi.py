@@ -39,6 +39,9 @@ SPEC_PROJECT_FIELDS = SPEC_REQUIRED_PROJECT | {
     "disputeOwnerEvidenceHash",
     "disputeWorkerEvidenceHash",
 }
+# Fields the spec does not show, fixed by issue 25 (the acceptance policies).
+ISSUE_PROJECT_FIELDS = {"milestonePolicies"}
+ISSUE_MILESTONE_FIELDS = {"checkPolicyId"}
 SPEC_MILESTONE_FIELDS = {
     "milestoneIndex",
     "status",
@@ -60,10 +63,10 @@ async def test_project_read_routes_in_the_document(client: Any) -> None:
     schemas = doc["components"]["schemas"]
 
     project = schemas["ProjectReadModel"]
-    assert set(project["properties"]) == SPEC_PROJECT_FIELDS
+    assert set(project["properties"]) == SPEC_PROJECT_FIELDS | ISSUE_PROJECT_FIELDS
     assert set(project["required"]) == SPEC_REQUIRED_PROJECT
     milestone = schemas["MilestoneReadModel"]
-    assert set(milestone["properties"]) == SPEC_MILESTONE_FIELDS
+    assert set(milestone["properties"]) == SPEC_MILESTONE_FIELDS | ISSUE_MILESTONE_FIELDS
     assert set(milestone["required"]) == {"milestoneIndex", "status"}
     assert set(schemas["ProjectListResponse"]["required"]) == {"items", "count", "nextCursor"}
     assert set(schemas["MilestoneListResponse"]["required"]) == {

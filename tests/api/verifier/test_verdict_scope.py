@@ -69,6 +69,11 @@ async def test_a_milestone_outside_an_active_challenged_dispute_gets_no_job(
     await seed.metadata(db, project, owner.lower)
     await set_policies(db, project, [(0, "address-smoke")])
 
+    # Bidders and parties see what will judge each milestone: null where nothing will.
+    resp = await vclient.get(f"/v1/projects/{project}/milestones", headers=worker.headers)
+    items = (await resp.json())["items"]
+    assert [m["checkPolicyId"] for m in items] == ["address-smoke", None]
+
     body = job_body(project, deliveryRef=usdc, deadline=UINT256_MAX)
     resp = await post_job(vclient, worker.headers, body)
     assert await error_code(resp, 409) == "milestone_not_disputed"

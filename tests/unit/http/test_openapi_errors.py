@@ -137,6 +137,7 @@ def test_declared_errors_are_listed_under_their_status() -> None:
         "413": ["payload_too_large"],
         "415": ["unsupported_media_type"],
         "429": ["rate_limited"],
+        "431": ["request_header_fields_too_large"],
         "503": ["service_unavailable"],
     }
     assert update["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith(
@@ -157,10 +158,15 @@ def test_undeclared_errors_are_not_listed() -> None:
         "400": ["invalid_request"],
         "401": ["unauthorized", "principal_mismatch"],
         "429": ["rate_limited"],
+        "431": ["request_header_fields_too_large"],
         "503": ["service_unavailable"],
     }
-    # No input, no auth, not rate-limited: only the outage answer remains.
-    assert listed(paths["/v1/widgets/health"]["get"]) == {"503": ["service_unavailable"]}
+    # No input, no auth, not rate-limited: only the oversize request line or header and the
+    # outage answer remain.
+    assert listed(paths["/v1/widgets/health"]["get"]) == {
+        "431": ["request_header_fields_too_large"],
+        "503": ["service_unavailable"],
+    }
     # An agent key on a session-only route is 403 `forbidden`; no guard codes without guarded.
     session = listed(paths["/v1/widgets/{widgetId}/session-only"]["post"])
     assert session["403"] == ["forbidden"]
@@ -185,9 +191,14 @@ def test_error_catalogue_is_every_declared_code_by_status() -> None:
     assert found["not_owner"].status == 403
     assert found["widget_taken"].operations == ["POST /v1/widgets/{widgetId}"]
     assert len(found["service_unavailable"].operations) == 4
-    # Answered on any path (unknown route, wrong method, oversize header, unexpected failure),
-    # so listed even though no route declares them.
-    for code in ("not_found", "method_not_allowed", "request_header_fields_too_large"):
+    # Any request can carry a request line or header longer than the server reads.
+    assert (
+        found["request_header_fields_too_large"].operations
+        == found["service_unavailable"].operations
+    )
+    # Answered on any path (unknown route, wrong method, unexpected failure), so listed even
+    # though no route declares them.
+    for code in ("not_found", "method_not_allowed"):
         assert found[code].operations == []
     assert found[MarketplaceError.code].status == 500
     schema_examples = document()["components"]["schemas"]["ErrorResponse"]["examples"]

@@ -56,6 +56,7 @@ ROW: dict[str, Any] = {
     "title": "T",
     "description": None,
     "image_url": None,
+    "milestone_policies": [{"milestoneIndex": 0, "checkPolicyId": "address-smoke"}],
     "milestones": [
         (
             0,
@@ -98,6 +99,8 @@ def test_mapping_converts_like_validation_would() -> None:
     assert body["challengeSubmissionDeadline"] == "100"
     assert body["challengeSubmissionCount"] == 0
     assert body["milestones"][0]["latestVerifierJobId"] == str(uuid.UUID(int=1))
+    assert body["milestones"][0]["checkPolicyId"] == "address-smoke"
+    assert body["milestonePolicies"] == [{"milestoneIndex": 0, "checkPolicyId": "address-smoke"}]
     assert ProjectReadModel.model_validate(body).model_dump(mode="json", exclude_none=True) == body
 
 
