@@ -3,6 +3,7 @@ checks and start order, and the frontends' configuration by environment."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -16,6 +17,7 @@ SERVICES = {
     "redis",
     "ray-head",
     "ray-worker",
+    "verifier-executor",
     "frontend-a",
     "frontend-b",
     "prometheus",
@@ -31,11 +33,21 @@ SECRET_SETTINGS = {
 } | {"MARKETPLACE_DATABASE_URL", "MARKETPLACE_REDIS_URL", "RAY_AUTH_TOKEN"}
 SECRET_NAME = re.compile(r"(PASSWORD|SECRET|TOKEN|KEY|AUTH)$")
 REFERENCE = re.compile(r"\$\{[A-Z][A-Z0-9_]*(:?[-?][^}]*)?\}")
+RESOURCES = re.compile(r"--resources='(\{[^']*\})'")
 
 
 def compose() -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
     return data
+
+
+def advertised(service: dict[str, Any]) -> dict[str, float]:
+    """The custom resources a Ray node's `ray start --resources='{...}'` advertises."""
+    command = " ".join(service.get("command", []))
+    found = RESOURCES.findall(command)
+    assert len(found) <= 1, command
+    value: dict[str, float] = json.loads(found[0]) if found else {}
+    return value
 
 
 def test_every_service_is_there_with_a_health_check() -> None:
@@ -50,9 +62,10 @@ def test_start_order_waits_for_healthy_dependencies() -> None:
     services = compose()["services"]
     for frontend in FRONTENDS:
         depends = services[frontend]["depends_on"]
-        assert set(depends) == {"postgres", "redis", "ray-head", "ray-worker"}
+        assert set(depends) == {"postgres", "redis", "ray-head", "ray-worker", "verifier-executor"}
         assert {d["condition"] for d in depends.values()} == {"service_healthy"}
-    assert services["ray-worker"]["depends_on"]["ray-head"]["condition"] == "service_healthy"
+    for node in ("ray-worker", "verifier-executor"):
+        assert services[node]["depends_on"] == {"ray-head": {"condition": "service_healthy"}}
     assert services["ray-head"]["depends_on"]["redis"]["condition"] == "service_healthy"
     assert set(services["prometheus"]["depends_on"]) == set(FRONTENDS)
     assert "prometheus" in services["grafana"]["depends_on"]
@@ -61,7 +74,8 @@ def test_start_order_waits_for_healthy_dependencies() -> None:
 def test_ray_nodes_run_the_service_image() -> None:
     services = compose()["services"]
     head, worker = services["ray-head"], services["ray-worker"]
-    for service in (head, worker, *(services[f] for f in FRONTENDS)):
+    executor = services["verifier-executor"]
+    for service in (head, worker, executor, *(services[f] for f in FRONTENDS)):
         assert service["build"]["dockerfile"] == "deploy/Dockerfile"
         assert (DEPLOY / service["build"]["context"] / service["build"]["dockerfile"]).is_file()
     head_command = " ".join(head["command"])
@@ -71,9 +85,54 @@ def test_ray_nodes_run_the_service_image() -> None:
     resource = services["frontend-a"]["environment"]["MARKETPLACE_RAY_ACTOR_RESOURCE"]
     assert f"--resources='{{\"{resource}\": 1000}}'" in " ".join(worker["command"])
     assert resource not in head_command
+    assert "ray start --address=ray-head:6379 --block" in " ".join(executor["command"])
     # GCS fault tolerance against the compose Redis.
     assert head["environment"]["RAY_REDIS_ADDRESS"] == "redis:6379"
     assert "--redis-password" in head_command
+
+
+def test_only_the_executor_node_advertises_the_executor_resource() -> None:
+    services = compose()["services"]
+    resource = services["frontend-a"]["environment"]["MARKETPLACE_VERIFIER_EXECUTOR_RESOURCE"]
+    assert resource == "verifier_sandbox"
+    assert services["frontend-b"]["environment"]["MARKETPLACE_VERIFIER_EXECUTOR_RESOURCE"] == (
+        resource
+    )
+    executor = services["verifier-executor"]
+    slots = advertised(executor)[resource]
+    assert slots >= 1
+    # Only the executors land there: not the actors, which hold secrets.
+    assert set(advertised(executor)) == {resource}
+    for name, service in services.items():
+        if name != "verifier-executor":
+            assert resource not in advertised(service), name
+            assert resource not in " ".join(service.get("command", [])), name
+    # The default pool fits in one executor container.
+    pool = services["frontend-a"]["environment"]["MARKETPLACE_VERIFIER_POOL_SIZE"]
+    default = re.fullmatch(r"\$\{MARKETPLACE_VERIFIER_POOL_SIZE:-(\d+)\}", pool)
+    assert default, pool
+    assert int(default.group(1)) <= slots
+
+
+def test_executor_node_gets_no_secret_of_the_service() -> None:
+    services = compose()["services"]
+    executor = services["verifier-executor"]
+    env = executor["environment"]
+    # Ray's settings only (the cluster token every node needs), the same as the worker's.
+    assert set(env) <= set(services["ray-worker"]["environment"])
+    assert not {k for k in env if k.startswith("MARKETPLACE_")}
+    secretive = {k for k in env if SECRET_NAME.search(k) or k in SECRET_SETTINGS}
+    assert secretive == {"RAY_AUTH_TOKEN"}
+    for key in ("env_file", "volumes", "secrets", "configs", "privileged", "cap_add"):
+        assert key not in executor, key
+    # What bubblewrap needs in a container, and nothing more (no capability).
+    options = set(executor["security_opt"])
+    assert {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"} <= options
+    assert "no-new-privileges:true" in options
+    assert executor["cap_drop"] == ["ALL"]
+    for limit in ("cpus", "mem_limit", "pids_limit"):
+        assert limit in executor, limit
+    assert f"--num-cpus={executor['cpus']}" in " ".join(executor["command"])
 
 
 def test_frontends_serve_with_settings_from_the_environment() -> None:

@@ -31,6 +31,7 @@ def test_deploy_tree_has_the_expected_files() -> None:
         "kubernetes/configmap.yaml",
         "kubernetes/secret.yaml",
         "kubernetes/pdb.yaml",
+        "kubernetes/networkpolicy.yaml",
         "kubernetes/servicemonitor.yaml",
         "kubernetes/prometheus-scrape.yaml",
         "kubernetes/kustomization.yaml",
