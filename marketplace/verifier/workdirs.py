@@ -32,6 +32,8 @@ def _root(root: Path | None) -> Path:
     info = os.lstat(base)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
         raise RuntimeError(f"{base} is not a directory of this user: refusing to use it")
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        os.chmod(base, 0o700)
     return base
 
 

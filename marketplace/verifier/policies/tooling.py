@@ -13,6 +13,7 @@ or ``solc`` on ``PATH``), else ``solcjs_cli.js``, a solc command line over the r
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import subprocess
@@ -49,6 +50,93 @@ class Tooling:
             if tool is not None and str(Path(tool).parent) not in dirs:
                 dirs.append(str(Path(tool).parent))
         return dirs
+
+    # The host paths each test policy's tools need inside the sandbox, bound read-only there
+    # (the sandbox leaves out those under /usr and the other system directories it shows).
+
+    def node_paths(self) -> list[str]:
+        """node and npm (npm is a link to ``npm-cli.js`` in its package, which it needs)."""
+        paths: list[str] = []
+        for tool in (self.node, self.npm):
+            if tool is not None:
+                paths += _tool_paths(tool)
+        if self.npm is not None:
+            package = Path(self.npm).resolve().parent.parent
+            if (package / "package.json").is_file():
+                paths.append(str(package))
+        return paths
+
+    def cargo_paths(self) -> list[str]:
+        """cargo (under rustup a proxy, beside the other proxies) and what the proxy reads of
+        ``RUSTUP_HOME``: the toolchains, the settings and ``update-hashes`` (which the proxy
+        creates when it is missing, and cannot on a read-only filesystem). Nothing of
+        ``CARGO_HOME``: it may hold registry tokens."""
+        if self.cargo is None:
+            return []
+        paths = _tool_paths(self.cargo)
+        if self.rustup_home:
+            home = Path(self.rustup_home)
+            paths += [str(home / name) for name in ("toolchains", "settings.toml", "update-hashes")]
+        return [p for p in paths if Path(p).exists()]
+
+    def forge_paths(self) -> list[str]:
+        """forge and the solc it runs: a native one, or the solcjs shim with node and the
+        ``solc`` npm package with the packages it requires (not the whole node_modules)."""
+        paths: list[str] = []
+        if self.forge is not None:
+            paths += _tool_paths(self.forge)
+        if self.solc is not None and self.solcjs_module is not None:
+            paths.append(self.solc)
+            paths += node_package_closure(Path(self.solcjs_module))
+            if self.node is not None:
+                paths += _tool_paths(self.node)
+        elif self.solc is not None:
+            paths += _tool_paths(self.solc)
+        return paths
+
+
+def _tool_paths(tool: str) -> list[str]:
+    """What a tool at ``tool`` needs visible: the directory of its path and of its resolved
+    path (its siblings: a rustup proxy is a link to ``rustup`` beside it), or only the file
+    when that directory is a top-level one or a home directory (never all of ``/root``)."""
+    paths: list[str] = []
+    home = Path.home().resolve()
+    for path in dict.fromkeys([Path(os.path.abspath(tool)), Path(tool).resolve()]):
+        parent = path.parent
+        broad = len(parent.parts) <= 2 or parent == home or parent.parent == Path("/home")
+        paths.append(str(path if broad else parent))
+    return paths
+
+
+def node_package_closure(package: Path) -> list[str]:
+    """``package`` (a directory with a package.json) and every package its ``dependencies``
+    and ``optionalDependencies`` resolve to, found as node does (the package's own
+    node_modules, then each enclosing node_modules directory)."""
+    found: list[str] = []
+    queue = [package]
+    while queue:
+        current = queue.pop()
+        if str(current) in found:
+            continue
+        found.append(str(current))
+        try:
+            manifest = json.loads((current / "package.json").read_text())
+        except (OSError, ValueError):
+            continue
+        names: set[str] = set()
+        for key in ("dependencies", "optionalDependencies"):
+            deps = manifest.get(key)
+            if isinstance(deps, dict):
+                names |= {n for n in deps if isinstance(n, str)}
+        for name in sorted(names):
+            for modules in [current / "node_modules"] + [
+                a for a in current.parents if a.name == "node_modules"
+            ]:
+                candidate = modules / name
+                if (candidate / "package.json").is_file():
+                    queue.append(candidate)
+                    break
+    return found
 
 
 def _runs(argv: list[str], env: dict[str, str] | None = None, expect: str = "") -> bool:
