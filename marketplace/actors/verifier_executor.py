@@ -23,9 +23,10 @@ import os
 
 from marketplace.actors.options import ActorSpec
 from marketplace.interpreter import freeze_start_up_heap, pin_recursion_limit
-from marketplace.verifier.execution import PolicyRun, executor_name
-from marketplace.verifier.policies import run_policy
+from marketplace.verifier.execution import ExecutorReport, PolicyRun, executor_name
+from marketplace.verifier.policies import available_policies, run_policy
 from marketplace.verifier.policy import PolicyContext, PolicyOutcome, PolicySettings
+from marketplace.verifier.sandbox import sandbox_unavailable_reason
 from marketplace.verifier.workdirs import job_work_dir, sweep_stale
 
 log = logging.getLogger(__name__)
@@ -54,9 +55,11 @@ class PolicyExecutorActor:
             context = PolicyContext(self.settings, self.settings.chain_rpc_url, work_dir)
             return await run_policy(request.policy, request.delivery_ref, context)
 
-    async def ping(self) -> int:
-        await asyncio.sleep(0)
-        return os.getpid()
+    async def report(self) -> ExecutorReport:
+        """The policies this node can run; the tool probe runs commands once per process."""
+        available = await asyncio.to_thread(available_policies, self.settings)
+        reason = await asyncio.to_thread(sandbox_unavailable_reason)
+        return ExecutorReport(tuple(available), reason)
 
 
 def executor_spec(index: int, resource: str = "") -> ActorSpec:
@@ -64,7 +67,7 @@ def executor_spec(index: int, resource: str = "") -> ActorSpec:
         name=executor_name(index),
         cls=PolicyExecutorActor,
         idempotent_calls=False,
-        # One policy at a time (its commands may use the node's CPUs), plus a ping.
+        # One policy at a time (its commands may use the node's CPUs), plus a report.
         max_concurrency=2,
         scheduling_strategy="SPREAD",
         extra={"resources": {resource: 1}} if resource else {},

@@ -21,6 +21,7 @@ from marketplace.identity.session_recorder import SessionRecorder
 from marketplace.jobs.registry import JobRegistry
 from marketplace.logs import AccessLog
 from marketplace.moderation.terms import TermFilter
+from marketplace.verifier.execution import ExecutorReports
 
 if TYPE_CHECKING:
     from marketplace.actors.job_worker import JobWorkers
@@ -65,3 +66,7 @@ STREAM_OPENED_AT: web.RequestKey[float] = web.RequestKey("stream_opened_at", flo
 STREAM_RESPONSE: web.RequestKey[web.StreamResponse] = web.RequestKey(
     "stream_response", web.StreamResponse
 )
+# What the verifier's policy executors report they can run (refreshed in the background); its
+# `latest` is None while no executor has answered or when this app starts none (then this
+# node's own probe decides).
+VERIFIER_POLICIES: web.AppKey[ExecutorReports] = web.AppKey("verifier_policies", ExecutorReports)

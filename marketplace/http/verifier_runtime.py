@@ -182,7 +182,13 @@ async def verify(request: web.Request) -> web.Response:
     from marketplace.actors.verifier_task import run_policy_task
     from marketplace.verifier.policy import TransientPolicyError
 
-    ref = run_policy_task.remote(
+    # On the executors' nodes when the deployment names them: never beside the secrets.
+    task: Any = (
+        run_policy_task.options(resources={settings.verifier_executor_resource: 1})
+        if settings.verifier_executor_resource
+        else run_policy_task
+    )
+    ref = task.remote(
         PolicySettings.from_settings(settings), body.checkPolicyId.value, body.deliveryRef
     )
     try:

@@ -58,6 +58,29 @@ class PolicyRun:
     delivery_ref: str
 
 
+@dataclass(frozen=True)
+class ExecutorReport:
+    """What a policy executor can run on its node: the policies whose tooling it has (the test
+    policies only where the sandbox works), and why the sandbox does not work, if it does not."""
+
+    available: tuple[PolicyId, ...]
+    sandbox_unavailable: str | None
+
+    @classmethod
+    def combine(cls, reports: list[ExecutorReport]) -> ExecutorReport:
+        """What every executor can run: a job may land on any of them."""
+        available = [p for p in PolicyId if all(p in r.available for r in reports)]
+        reasons = [r.sandbox_unavailable for r in reports if r.sandbox_unavailable]
+        return cls(tuple(available), reasons[0] if reasons else None)
+
+
+@dataclass
+class ExecutorReports:
+    """A frontend's latest combined report of its executors (None until one answered)."""
+
+    latest: ExecutorReport | None = None
+
+
 def executor_name(index: int) -> str:
     return f"verifier-executor-{index}"
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
-import asyncpg
 from web3.contract import Contract
 
 from tests.contracts.helpers import Chain
@@ -34,13 +34,13 @@ def policies_json(policies: Sequence[tuple[int, str]]) -> str:
     return json.dumps([{"milestoneIndex": i, "checkPolicyId": p} for i, p in sorted(policies)])
 
 
-async def set_policies(
-    conn: asyncpg.Connection | asyncpg.Pool, project: str, policies: Sequence[tuple[int, str]]
-) -> None:
+async def set_policies(conn: Any, project: str, policies: Sequence[tuple[int, str]]) -> None:
     """Set the claimed metadata's acceptance policies directly (the API path is
     ``PATCH /v1/projects/{projectAddress}/metadata``, tested on its own)."""
+    # Sent as text: a pool with the service's JSON codec would encode a jsonb parameter again.
     status = await conn.execute(
-        "UPDATE project_metadata SET milestone_policies = $2::jsonb WHERE project_address = $1",
+        "UPDATE project_metadata SET milestone_policies = $2::text::jsonb "
+        "WHERE project_address = $1",
         project.lower(),
         policies_json(policies),
     )

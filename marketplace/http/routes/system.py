@@ -65,6 +65,13 @@ class ReadinessStatus(ResponseModel):
         description="chain indexer freshness (see GET /v1/internal/indexer/status)"
     )
     indexerStaleReason: StaleReason | None = None
+    verifierSandbox: str | None = Field(
+        default=None,
+        description="`ok` when the verifier's policy executors can run the worker's code in "
+        "their sandbox; otherwise why not (the test policies npm-test, cargo-test and "
+        "forge-test are then not offered, never run unsandboxed). Absent until an executor "
+        "has reported, and on apps that start none.",
+    )
 
 
 class NotReady(ServiceUnavailable):
@@ -155,7 +162,15 @@ async def check_dependencies(app: web.Application) -> ReadinessStatus | NotReady
         projectShards=len(answers),
         indexer=indexer,
         indexerStaleReason=reason,
+        verifierSandbox=_sandbox_state(app),
     )
+
+
+def _sandbox_state(app: web.Application) -> str | None:
+    reports = app.get(keys.VERIFIER_POLICIES)
+    if reports is None or reports.latest is None:
+        return None
+    return reports.latest.sandbox_unavailable or "ok"
 
 
 async def _indexer_state(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 from aiohttp import web
 
@@ -40,7 +41,7 @@ from marketplace.verifier.errors import (
     VerifierJobNotFound,
     VerifierNotConfigured,
 )
-from marketplace.verifier.execution import VERIFIER_QUEUE
+from marketplace.verifier.execution import VERIFIER_QUEUE, ExecutorReport, ExecutorReports
 from marketplace.verifier.models import (
     JobPath,
     VerifierAttemptLog,
@@ -55,7 +56,7 @@ from marketplace.verifier.models import (
     VerifierRawEvidence,
 )
 from marketplace.verifier.policies import available_policies
-from marketplace.verifier.policy import PolicySettings
+from marketplace.verifier.policy import PolicyId, PolicySettings
 from marketplace.verifier.retention import sweep_forever
 
 log = logging.getLogger(__name__)
@@ -115,8 +116,7 @@ async def create_job(call: Call[VerifierJobCreateRequest, None, None]) -> Reply:
     answers 200 with that job (same `jobId`, its own `request`); only a failed job lets a new
     one run."""
     principal = call.require_principal()
-    # The tool probe runs commands once per process (about a second): never on the loop.
-    available = await asyncio.to_thread(available_policies, call.settings)
+    available = await offered_policies(call.app)
     accepted = await jobs.accept(
         call.pool,
         call.settings,
@@ -229,14 +229,55 @@ async def get_raw_evidence(call: Call[None, None, JobPath]) -> VerifierRawEviden
 async def policy_executors(app: web.Application) -> AsyncIterator[None]:
     """Find or create the policy executor paired with each `verifier` job worker (same index;
     get-if-exists, detached, like the workers). Each gets only the policy settings: the process
-    that runs the worker's code never receives the signing key or any other secret."""
+    that runs the worker's code never receives the signing key or any other secret.
+
+    What the executors can run is theirs to say, not this node's (in a deployment they run on
+    their own nodes, where the sandbox is allowed and the frontends' is not): a background task
+    asks them now and then and keeps what every executor can run in ``VERIFIER_POLICIES``."""
     settings = app[keys.SETTINGS]
-    if settings.jobs_enabled:
+    count = VERIFIER_QUEUE.worker_count(settings) if settings.jobs_enabled else 0
+    app[keys.VERIFIER_POLICIES] = ExecutorReports()
+    task: asyncio.Task[None] | None = None
+    if count:
         policy_settings = PolicySettings.from_settings(settings)
-        for index in range(VERIFIER_QUEUE.worker_count(settings)):
+        handles = []
+        for index in range(count):
             spec = executor_spec(index, settings.verifier_executor_resource)
-            app[keys.ACTORS].handle(spec, policy_settings, index)
+            handles.append((spec.name, app[keys.ACTORS].handle(spec, policy_settings, index)))
+        task = asyncio.create_task(_follow_reports(app, handles), name="verifier-executors")
     yield
+    if task is not None:
+        await cancel_and_wait(task)
+
+
+REPORT_INTERVAL_SECONDS = 30.0
+REPORT_RETRY_SECONDS = 2.0
+
+
+async def _follow_reports(app: web.Application, handles: list[tuple[str, Any]]) -> None:
+    runtime = app[keys.ACTORS]
+    while True:
+        answers = await asyncio.gather(
+            *(runtime.call(name, handle, "report") for name, handle in handles),
+            return_exceptions=True,
+        )
+        reports = [a for a in answers if isinstance(a, ExecutorReport)]
+        if len(reports) < len(answers):
+            log.info("policy executors answered: %d of %d", len(reports), len(answers))
+        if reports:
+            app[keys.VERIFIER_POLICIES].latest = ExecutorReport.combine(reports)
+        await asyncio.sleep(
+            REPORT_INTERVAL_SECONDS if len(reports) == len(answers) else REPORT_RETRY_SECONDS
+        )
+
+
+async def offered_policies(app: web.Application) -> list[PolicyId]:
+    """The executors' report; before one arrives (or without executors), this node's probe (it
+    runs commands once per process, about a second: never on the loop)."""
+    reports = app.get(keys.VERIFIER_POLICIES)
+    if reports is not None and reports.latest is not None:
+        return list(reports.latest.available)
+    return await asyncio.to_thread(available_policies, app[keys.SETTINGS])
 
 
 async def retention_sweeper(app: web.Application) -> AsyncIterator[None]:

@@ -19,11 +19,11 @@ from tests.integration.claims.test_claims import (
     take_intent,
 )
 
-POLICIES = [
+POLICIES: list[dict[str, Any]] = [
     {"milestoneIndex": 1, "checkPolicyId": "npm-test"},
     {"milestoneIndex": 0, "checkPolicyId": "address-smoke"},
 ]
-SORTED = sorted(POLICIES, key=lambda p: p["milestoneIndex"])
+SORTED = sorted(POLICIES, key=lambda p: int(p["milestoneIndex"]))
 
 
 async def claimed_project(
@@ -98,6 +98,7 @@ async def test_patch_sets_replaces_and_clears_policies_while_draft(
     )
     assert (await resp.json())["milestonePolicies"] == one
     # null clears, [] clears.
+    cleared: list[Any] | None
     for cleared in (None, []):
         await client.patch(url, json={"title": "R", "milestonePolicies": one}, headers=user.headers)
         resp = await client.patch(
