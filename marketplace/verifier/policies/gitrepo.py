@@ -94,6 +94,17 @@ def _check_ref(ref: str) -> str:
     return ref
 
 
+def _parse_url(text: str) -> URL:
+    """yarl reads brackets, ports and the like lazily: a malformed one must be the client's 400
+    here, not a ValueError later."""
+    try:
+        url = URL(text)
+        _ = (url.host, url.port, url.path, url.user, url.password)
+    except ValueError as exc:
+        raise InvalidDeliveryRef(f"not a URL: {exc}") from None
+    return url
+
+
 def parse_repo_ref(text: str, settings: PolicySettings) -> RepoRef:
     value = text.strip()
     if not value or any(c.isspace() for c in value) or "@" not in value:
@@ -101,7 +112,7 @@ def parse_repo_ref(text: str, settings: PolicySettings) -> RepoRef:
     location, ref = value.rsplit("@", 1)
     base = URL(settings.verifier_git_base_url)
     if "://" in location:
-        url = URL(location)
+        url = _parse_url(location)
         schemes = ("https", "http") if settings.verifier_allow_private_hosts else ("https",)
         if url.scheme not in schemes:
             raise InvalidDeliveryRef(f"the repository URL must be {' or '.join(schemes)}://")

@@ -172,3 +172,23 @@ def test_well_formed_ip_literals_still_parse() -> None:
     assert ref.url == "https://127.0.0.1:8443/o/r.git"
     with pytest.raises(InvalidDeliveryRef, match="port 0"):
         parse_delivery_ref(PolicyId.GITHUB_REF, "https://127.0.0.1:0/o/r@main", git)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://[::1/o/r",
+        "https://github.com:99999/o/r",
+        "https://[::1]:x/o/r",
+        "https://github.com:-1/o/r",
+    ],
+)
+@pytest.mark.parametrize("policy", [PolicyId.GITHUB_REF, PolicyId.NPM_TEST])
+@pytest.mark.parametrize("settings", [SETTINGS, PRIVATE])
+def test_malformed_repository_urls_are_invalid_refs(
+    url: str, policy: PolicyId, settings: Settings
+) -> None:
+    """A URL yarl cannot read (an open bracket, a port out of range) is the client's 400, not a
+    ValueError from deep inside the parser (which the API would answer with 500)."""
+    with pytest.raises(InvalidDeliveryRef):
+        parse_delivery_ref(policy, f"{url}@main", settings)
