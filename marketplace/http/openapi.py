@@ -375,8 +375,8 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> dict[
             }
         else:
             responses[str(route.status)] = {"description": "OK"}
-        for status, description in route.also_status:
-            responses[str(status)] = {**responses[str(route.status)], "description": description}
+        for status, meaning in route.also_status:
+            responses[str(status)] = {**responses[str(route.status)], "description": meaning}
         by_status: dict[int, dict[str, type[MarketplaceError]]] = {}
         for error in _errors_of(route):
             codes = by_status.setdefault(error.status, {})

@@ -359,6 +359,11 @@ CLAIM_CHECKS = (
         "then 200 `already_claimed`)",
         "conflict",
     ),
+    (
+        "a new claim carrying `milestonePolicies`: the project is still `draft` on chain "
+        "(acceptance policies are fixed before bidding opens)",
+        "metadata_frozen",
+    ),
 )
 CLAIM_DESCRIPTION = (
     f"""
@@ -376,7 +381,7 @@ standard ABI encoding of the listed types, in this order:
 
 - `metadataHash = H(abi.encode(string title, string description, string repoUrl, string
   projectMode, string biddingAccess))`; an absent `description` or `repoUrl` is encoded as the
-  empty string `""`. `imageUrl` is in no preimage.
+  empty string `""`. `imageUrl` and `milestonePolicies` are in no preimage.
 - direct mode: `configHash = metadataHash`.
 - intent mode: `intentHash = H(abi.encode(string "{INTENT_DOMAIN}", string userId, string
   intentId, bytes32 intentNonce))`, where `userId` is the session token's `sub` and both uuids are
