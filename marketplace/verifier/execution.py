@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import ray
-from ray.exceptions import ActorUnavailableError, RayActorError
+from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
@@ -104,6 +104,13 @@ async def execute_policy(settings: Settings, index: int, run: PolicyRun) -> Poli
         raise
     except (RayActorError, ActorUnavailableError) as exc:
         raise TransientPolicyError(f"the policy executor {name} died or is unreachable") from exc
+    except RayTaskError as exc:
+        # The policy's own error (transient, invalid reference) is the job's error: Ray's
+        # wrapper names the executor's pid, address and actor id, which clients must not see.
+        cause = exc.cause
+        if isinstance(cause, Exception):
+            raise cause from None
+        raise
     return outcome
 
 

@@ -8,6 +8,7 @@ repositories otherwise (verifier jobs in each status, deliveries, consumer curso
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from typing import Any
 
@@ -125,6 +126,11 @@ async def test_offenses_suspension_and_shard_commands(client: Any, db: asyncpg.C
     assert (await scrape(client))["marketplace_moderation_suspensions_active"] == 0
 
 
+# The on-chain disputeOpenedAt of each row's dispute: one verdict per dispute, so every job row
+# judges a dispute of its own (as the create route writes them).
+_disputes = itertools.count(1_700_000_000)
+
+
 async def insert_verifier_row(db: asyncpg.Pool, user_id: uuid.UUID, policy: str) -> uuid.UUID:
     verifier_job_id = uuid.uuid4()
     await verifier_repo.insert(
@@ -140,6 +146,7 @@ async def insert_verifier_row(db: asyncpg.Pool, user_id: uuid.UUID, policy: str)
         requested_deadline=None,
         attestation_nonce=1,
         max_attempts=1,
+        dispute_opened_at=next(_disputes),
     )
     return verifier_job_id
 

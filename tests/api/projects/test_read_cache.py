@@ -212,6 +212,7 @@ async def test_a_verifier_result_reaches_cached_milestones_through_its_event(
         requested_deadline=None,
         attestation_nonce=1,
         max_attempts=1,
+        dispute_opened_at=1_700_000_000,
     )
     # Through the service's pool (its JSON codecs), as the verifier worker completes a job.
     pool = await create_pool(servers.database_url, min_size=1, max_size=1)

@@ -24,6 +24,7 @@ from tests.api.verifier.conftest import (
     AppFactory,
     Devnet,
     create_job,
+    disputed_with_parties,
     error_code,
     job_body,
     linked_party,
@@ -33,6 +34,7 @@ from tests.api.verifier.conftest import (
     verifier_overrides,
 )
 from tests.conftest import make_settings, new_user
+from tests.contracts.helpers import Chain
 
 BASE_URL = "https://market.example"
 
@@ -44,10 +46,13 @@ async def count_rows(db: asyncpg.Connection) -> tuple[int, int]:
 
 
 async def test_accepted_shape_with_relative_poll_url(
-    vclient: Any, db: asyncpg.Connection, servers: Any, devnet: Devnet
+    vclient: Any, db: asyncpg.Connection, servers: Any, devnet: Devnet, chain: Chain
 ) -> None:
-    project, owner, _ = await project_with_parties(vclient, db)
-    body = job_body(project, milestoneIndex=1, nonce=42, deadline=4_000_000_000)
+    ref = random_address()
+    project, owner, _ = await disputed_with_parties(vclient, db, chain, ref, index=1)
+    # A requested deadline may shorten the attestation's life (at most block time + TTL).
+    deadline = devnet.latest_block_time() + 600
+    body = job_body(project, milestoneIndex=1, deliveryRef=ref, nonce=42, deadline=deadline)
     resp = await vclient.post(JOBS, json=body, headers=owner.headers)
     assert resp.status == 202, await resp.text()
     accepted = await resp.json()
@@ -96,15 +101,16 @@ async def test_accepted_shape_with_relative_poll_url(
 
 
 async def test_absolute_poll_url_and_configured_max_attempts(
-    make_client: AppFactory, db: asyncpg.Connection, devnet: Devnet
+    make_client: AppFactory, db: asyncpg.Connection, devnet: Devnet, chain: Chain
 ) -> None:
     client = await make_client(
         **verifier_overrides(
             devnet, public_base_url=BASE_URL, verifier_max_attempts=5, verifier_retention_days=2
         )
     )
-    project, _, worker = await project_with_parties(client, db)
-    accepted = await create_job(client, worker.headers, job_body(project))
+    ref = random_address()
+    project, _, worker = await disputed_with_parties(client, db, chain, ref)
+    accepted = await create_job(client, worker.headers, job_body(project, deliveryRef=ref))
     assert accepted["pollUrl"] == f"{BASE_URL}{JOBS}/{accepted['jobId']}"
     assert accepted["maxAttempts"] == 5
     created = datetime.fromisoformat(accepted["createdAt"])
@@ -118,60 +124,83 @@ async def test_absolute_poll_url_and_configured_max_attempts(
 
 
 async def test_owner_and_worker_through_active_links_only(
-    vclient: Any, db: asyncpg.Connection
+    vclient: Any, db: asyncpg.Connection, chain: Chain
 ) -> None:
-    project, owner, worker = await project_with_parties(vclient, db)
-    await create_job(vclient, owner.headers, job_body(project))
-    await create_job(vclient, worker.headers, job_body(project))
+    refs = [random_address() for _ in range(3)]
+    project, owner, worker = await disputed_with_parties(vclient, db, chain, refs[0])
+    # One verdict per dispute: each party's job judges a dispute of its own (same parties).
+    others = [
+        (await disputed_with_parties(vclient, db, chain, ref, parties=(owner, worker)))[0]
+        for ref in refs[1:]
+    ]
+    await create_job(vclient, owner.headers, job_body(project, deliveryRef=refs[0]))
+    await create_job(vclient, worker.headers, job_body(others[0], deliveryRef=refs[1]))
     # Revoke the worker's link through the API: its user is no longer a party.
     resp = await vclient.delete(f"/v1/wallet-links/{worker.address}", headers=worker.headers)
     assert resp.status == 200, await resp.text()
-    resp = await vclient.post(JOBS, json=job_body(project), headers=worker.headers)
+    resp = await vclient.post(
+        JOBS, json=job_body(others[1], deliveryRef=refs[2]), headers=worker.headers
+    )
     assert await error_code(resp, 403) == "not_project_party"
     assert await count_rows(db) == (2, 2)
 
 
 async def test_verifier_admin_may_request_on_any_project(
-    vclient: Any, db: asyncpg.Connection
+    vclient: Any, db: asyncpg.Connection, chain: Chain
 ) -> None:
-    owner = await linked_party(vclient)
-    hidden = await seed_project(
-        db, owner_address=owner.lower, bidding_access="invite_only", allowlist=[]
+    hidden_ref, visible_ref = random_address(), random_address()
+    hidden, _, _ = await disputed_with_parties(
+        vclient, db, chain, hidden_ref, bidding_access="invite_only", allowlist=[]
     )
+    visible, _, _ = await disputed_with_parties(vclient, db, chain, visible_ref)
     admin = new_user()
-    for project, status, code in (
-        (hidden, 404, "project_not_found"),
-        (await seed_project(db), 403, "not_project_party"),
+    for project, ref, status, code in (
+        (hidden, hidden_ref, 404, "project_not_found"),
+        (visible, visible_ref, 403, "not_project_party"),
     ):
-        resp = await vclient.post(JOBS, json=job_body(project), headers=admin.headers)
+        body = job_body(project, deliveryRef=ref)
+        resp = await vclient.post(JOBS, json=body, headers=admin.headers)
         assert await error_code(resp, status) == code
         await set_flags(db, admin.user_id, moderation_admin=None, verifier_admin=True)
-        await create_job(vclient, admin.headers, job_body(project))
+        await create_job(vclient, admin.headers, body)
         await set_flags(db, admin.user_id, moderation_admin=None, verifier_admin=False)
     assert await count_rows(db) == (2, 2)
 
 
 async def test_stranger_is_refused_403_on_a_visible_project_and_404_on_a_hidden_one(
-    vclient: Any, db: asyncpg.Connection
+    vclient: Any, db: asyncpg.Connection, chain: Chain
 ) -> None:
     stranger = await linked_party(vclient)
-    project, owner, _ = await project_with_parties(vclient, db)
+    project, owner, worker = await project_with_parties(vclient, db)
     resp = await vclient.post(JOBS, json=job_body(project), headers=stranger.headers)
     assert await error_code(resp, 403) == "not_project_party"
-    hidden = await seed_project(
-        db, owner_address=owner.lower, bidding_access="invite_only", allowlist=[]
+    ref = random_address()
+    hidden, _, _ = await disputed_with_parties(
+        vclient,
+        db,
+        chain,
+        ref,
+        parties=(owner, worker),
+        bidding_access="invite_only",
+        allowlist=[],
     )
-    resp = await vclient.post(JOBS, json=job_body(hidden), headers=stranger.headers)
+    resp = await vclient.post(
+        JOBS, json=job_body(hidden, deliveryRef=ref), headers=stranger.headers
+    )
     assert await error_code(resp, 404) == "project_not_found"
     # The owner sees its invite-only project and may request.
-    await create_job(vclient, owner.headers, job_body(hidden))
+    await create_job(vclient, owner.headers, job_body(hidden, deliveryRef=ref))
     assert await count_rows(db) == (1, 1)
 
 
-async def test_anonymous_is_401_on_every_route(vclient: Any, db: asyncpg.Connection) -> None:
-    project, owner, _ = await project_with_parties(vclient, db)
-    job_id = (await create_job(vclient, owner.headers, job_body(project)))["jobId"]
-    resp = await vclient.post(JOBS, json=job_body(project))
+async def test_anonymous_is_401_on_every_route(
+    vclient: Any, db: asyncpg.Connection, chain: Chain
+) -> None:
+    ref = random_address()
+    project, owner, _ = await disputed_with_parties(vclient, db, chain, ref)
+    body = job_body(project, deliveryRef=ref)
+    job_id = (await create_job(vclient, owner.headers, body))["jobId"]
+    resp = await vclient.post(JOBS, json=body)
     assert await error_code(resp, 401) == "unauthorized"
     for path in (
         JOBS,
@@ -196,9 +225,15 @@ def without_forge(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
 
 
 async def test_conflicts(
-    vclient: Any, db: asyncpg.Connection, servers: Any, devnet: Devnet, without_forge: None
+    vclient: Any,
+    db: asyncpg.Connection,
+    servers: Any,
+    devnet: Devnet,
+    chain: Chain,
+    without_forge: None,
 ) -> None:
-    project, owner, _ = await project_with_parties(vclient, db)
+    ref = random_address()
+    project, owner, _ = await disputed_with_parties(vclient, db, chain, ref, index=1)
     cases: list[tuple[dict[str, Any], str]] = [
         (job_body(project, chainId=1), "chain_mismatch"),
         (job_body(random_address()), "project_not_indexed"),
@@ -219,8 +254,11 @@ async def test_conflicts(
     for body, code in cases:
         resp = await vclient.post(JOBS, json=body, headers=owner.headers)
         assert await error_code(resp, 409) == code, body
-    # One milestone below the count is accepted; the policies offered leave the missing out.
-    accepted = await create_job(vclient, owner.headers, job_body(project, milestoneIndex=1))
+    # One milestone below the count (the disputed one) is accepted; the policies offered leave
+    # the missing out.
+    accepted = await create_job(
+        vclient, owner.headers, job_body(project, milestoneIndex=1, deliveryRef=ref)
+    )
     assert accepted["availablePolicies"] == [p.value for p in PolicyId if p not in missing]
     assert await count_rows(db) == (1, 1)
 
@@ -294,11 +332,14 @@ async def test_503_without_a_signing_key(
     assert await error_code(resp, 503) == "verifier_not_configured"
 
 
-async def test_an_agent_key_acts_for_its_user(vclient: Any, db: asyncpg.Connection) -> None:
-    project, owner, _ = await project_with_parties(vclient, db)
+async def test_an_agent_key_acts_for_its_user(
+    vclient: Any, db: asyncpg.Connection, chain: Chain
+) -> None:
+    ref = random_address()
+    project, owner, _ = await disputed_with_parties(vclient, db, chain, ref)
     stranger = await linked_party(vclient)
     key = await create_key(vclient, owner.user)
-    accepted = await create_job(vclient, agent(key["secret"]), job_body(project))
+    accepted = await create_job(vclient, agent(key["secret"]), job_body(project, deliveryRef=ref))
     created_by = await db.fetchval(
         "SELECT created_by FROM verifier_jobs WHERE id = $1", uuid.UUID(accepted["jobId"])
     )
@@ -307,5 +348,33 @@ async def test_an_agent_key_acts_for_its_user(vclient: Any, db: asyncpg.Connecti
     assert [j["id"] for j in (await resp.json())["items"]] == [accepted["jobId"]]
     # A stranger's key is a stranger.
     other = await create_key(vclient, stranger.user)
-    resp = await vclient.post(JOBS, json=job_body(project), headers=agent(other["secret"]))
+    resp = await vclient.post(
+        JOBS, json=job_body(project, deliveryRef=ref), headers=agent(other["secret"])
+    )
     assert await error_code(resp, 403) == "not_project_party"
+
+
+async def test_delivery_ref_hosts_no_fetch_can_reach_are_400(
+    vclient: Any, db: asyncpg.Connection
+) -> None:
+    """Legacy IPv4 host forms (decimal, hex, octal, shortened) are refused when the request is
+    read, naming body.deliveryRef, instead of queueing a job that could only fail. This comes
+    before the project checks: the project need not exist."""
+    party = await linked_party(vclient)
+    for policy, ref in [
+        ("screenshot-ref", "https://2130706433/x.png"),
+        ("screenshot-ref", "https://0177.0.0.1/x.png"),
+        ("screenshot-ref", "https://127.1/x.png"),
+        ("figma-ref", "https://0x7f.0.0.1/file/KEY/x"),
+    ]:
+        resp = await vclient.post(
+            JOBS,
+            json=job_body(random_address(), checkPolicyId=policy, deliveryRef=ref),
+            headers=party.headers,
+        )
+        body = await resp.json()
+        assert await error_code(resp, 400) == "invalid_request", (policy, ref, body)
+        assert [d["field"] for d in body["details"]] == ["deliveryRef"], body
+        assert body["message"].startswith("invalid request: body.deliveryRef: "), body
+        assert "IPv4" in body["message"], body
+    assert await count_rows(db) == (0, 0)

@@ -1,7 +1,9 @@
-"""Verifier jobs run to completion by a `verifier` worker against a real anvil devnet: the full
-record's result (evidence hash recomputed here, the EIP-712 attestation recovered to the signer),
-the milestone read model, the reads of a stranger, the evidence and raw evidence, the retention
-sweep, and retries at job level (an RPC port nobody listens on)."""
+"""Verifier jobs run to completion by a `verifier` worker (and its policy executor actor) against
+a real anvil devnet: the full record's result (evidence hash recomputed here, the EIP-712
+attestation recovered to the signer), the milestone read model, the reads of a stranger, the
+evidence and raw evidence, the retention sweep, retries at job level (an RPC port nobody listens
+on), and one verdict per dispute. Every job judges a real dispute on the devnet (one verdict per
+dispute: each job gets a disputed project of its own)."""
 
 from __future__ import annotations
 
@@ -29,18 +31,18 @@ from tests.api.verifier.conftest import (
     LongestBackoff,
     closed_port_url,
     create_job,
+    disputed_with_parties,
     error_code,
     get_job,
     job_body,
     linked_party,
-    project_with_parties,
     random_address,
-    seed_project,
     verifier_worker,
     wait_for,
     wait_status,
 )
 from tests.conftest import new_user
+from tests.contracts.helpers import Chain
 from tests.support.chain import reverting_chain
 from tests.support.verifier_fixtures import PNG_1X1
 
@@ -95,22 +97,30 @@ async def test_jobs_complete_with_evidence_attestation_and_milestone_read_model(
     vclient: Any,
     db: asyncpg.Connection,
     devnet: Devnet,
+    chain: Chain,
     worker_settings: Callable[..., Settings],
 ) -> None:
-    project, owner, worker = await project_with_parties(vclient, db, milestones=2)
     registry = devnet.deployment.registry
-    # A deployed contract with a requested nonce and deadline; a random address with neither.
+    empty_ref = random_address()
+    # Milestone 1 disputed over each delivery (one verdict per dispute: a project each), the
+    # same owner and worker.
+    project, owner, worker = await disputed_with_parties(vclient, db, chain, registry, index=1)
+    other, _, _ = await disputed_with_parties(
+        vclient, db, chain, empty_ref, index=1, parties=(owner, worker)
+    )
+    # A deployed contract with a requested nonce and deadline (one that shortens the
+    # attestation's life: at most the chain's time plus the TTL); a random address with neither.
+    deadline = devnet.latest_block_time() + TTL // 2
     live = await create_job(
         vclient,
         worker.headers,
-        job_body(project, milestoneIndex=1, deliveryRef=registry, nonce=7, deadline=4_000_000_000),
+        job_body(project, milestoneIndex=1, deliveryRef=registry, nonce=7, deadline=deadline),
     )
     before = devnet.latest_block_time()
     async with verifier_worker(worker_settings()):
         passed = await wait_status(vclient, worker.headers, live["jobId"], "completed", "failed")
-        empty_ref = random_address()
         dead = await create_job(
-            vclient, owner.headers, job_body(project, milestoneIndex=1, deliveryRef=empty_ref)
+            vclient, owner.headers, job_body(other, milestoneIndex=1, deliveryRef=empty_ref)
         )
         failed = await wait_status(vclient, owner.headers, dead["jobId"], "completed", "failed")
     after = devnet.latest_block_time()
@@ -124,7 +134,7 @@ async def test_jobs_complete_with_evidence_attestation_and_milestone_read_model(
     assert evidence["chainId"] == devnet.deployment.chain_id and evidence["codeSize"] > 0
     assert result["evidenceHash"] == recomputed_hash(evidence)
     attestation = check_attestation(passed, devnet, project, 1)
-    assert (attestation["nonce"], attestation["deadline"]) == (7, 4_000_000_000)
+    assert (attestation["nonce"], attestation["deadline"]) == (7, deadline)
     completed_at = datetime.fromisoformat(passed["completedAt"])
     retention = datetime.fromisoformat(passed["retentionExpiresAt"]) - completed_at
     assert retention.days == 30 and retention.seconds == 0
@@ -135,21 +145,26 @@ async def test_jobs_complete_with_evidence_attestation_and_milestone_read_model(
     assert failed["result"]["evidence"]["hasCode"] is False
     assert failed["result"]["evidence"]["address"] == to_checksum_address(empty_ref)
     assert failed["result"]["evidenceHash"] == recomputed_hash(failed["result"]["evidence"])
-    attestation = check_attestation(failed, devnet, project, 1)
+    attestation = check_attestation(failed, devnet, other, 1)
     # Server-chosen: a fresh nonce, and the chain's latest block time plus the TTL.
     assert attestation["nonce"] != 7 and 0 <= attestation["nonce"] < 2**128
     assert before + TTL <= attestation["deadline"] <= after + TTL
 
-    # The milestone read model shows the newest completed job; the other milestone none.
-    resp = await vclient.get(f"/v1/projects/{project}", headers=owner.headers)
-    assert resp.status == 200, await resp.text()
-    milestones = {m["milestoneIndex"]: m for m in (await resp.json())["milestones"]}
-    assert milestones[1]["latestVerifierJobId"] == dead["jobId"]
-    assert milestones[1]["latestVerifierPasses"] is False
-    assert milestones[1]["latestEvidenceHash"] == failed["result"]["evidenceHash"]
-    # Absent fields are left out of the read model.
-    assert "latestVerifierJobId" not in milestones[0]
-    assert "latestVerifierPasses" not in milestones[0]
+    # The milestone read model shows each disputed milestone's completed job; the other
+    # milestone none.
+    async def milestones_of(address: str) -> dict[int, dict[str, Any]]:
+        resp = await vclient.get(f"/v1/projects/{address}", headers=owner.headers)
+        assert resp.status == 200, await resp.text()
+        return {m["milestoneIndex"]: m for m in (await resp.json())["milestones"]}
+
+    for address, job, done in ((project, live, passed), (other, dead, failed)):
+        milestones = await milestones_of(address)
+        assert milestones[1]["latestVerifierJobId"] == job["jobId"]
+        assert milestones[1]["latestVerifierPasses"] is done["result"]["passes"]
+        assert milestones[1]["latestEvidenceHash"] == done["result"]["evidenceHash"]
+        # Absent fields are left out of the read model.
+        assert "latestVerifierJobId" not in milestones[0]
+        assert "latestVerifierPasses" not in milestones[0]
 
 
 async def test_reads_evidence_raw_evidence_and_retention(
@@ -157,9 +172,12 @@ async def test_reads_evidence_raw_evidence_and_retention(
     db: asyncpg.Connection,
     servers: Any,
     devnet: Devnet,
+    chain: Chain,
     worker_settings: Callable[..., Settings],
 ) -> None:
-    project, owner, worker = await project_with_parties(vclient, db)
+    project, owner, worker = await disputed_with_parties(
+        vclient, db, chain, devnet.deployment.registry
+    )
     creator = owner
     job_id = (
         await create_job(
@@ -268,13 +286,14 @@ async def sweep_now(servers: Any) -> int:
 
 
 async def test_jobs_of_a_hidden_project_are_404_to_a_stranger(
-    vclient: Any, db: asyncpg.Connection, devnet: Devnet
+    vclient: Any, db: asyncpg.Connection, devnet: Devnet, chain: Chain
 ) -> None:
-    owner, stranger = await linked_party(vclient), await linked_party(vclient)
-    hidden = await seed_project(
-        db, owner_address=owner.lower, bidding_access="invite_only", allowlist=[]
+    ref = random_address()
+    hidden, owner, _ = await disputed_with_parties(
+        vclient, db, chain, ref, bidding_access="invite_only", allowlist=[]
     )
-    job_id = (await create_job(vclient, owner.headers, job_body(hidden)))["jobId"]
+    stranger = await linked_party(vclient)
+    job_id = (await create_job(vclient, owner.headers, job_body(hidden, deliveryRef=ref)))["jobId"]
     for path in (
         f"{JOBS}/{job_id}",
         f"{JOBS}/{job_id}/evidence",
@@ -309,8 +328,9 @@ async def test_transient_failure_is_retried_then_completes(
     db: asyncpg.Connection,
     worker_settings: Callable[..., Settings],
     devnet: Devnet,
+    chain: Chain,
 ) -> None:
-    project, owner, _ = await project_with_parties(vclient, db)
+    project, owner, _ = await disputed_with_parties(vclient, db, chain, devnet.deployment.registry)
     job_id = (
         await create_job(
             vclient, owner.headers, job_body(project, deliveryRef=devnet.deployment.registry)
@@ -362,6 +382,7 @@ async def test_http_503_is_retried_and_the_image_then_passes(
     vclient: Any,
     db: asyncpg.Connection,
     aiohttp_server: Any,
+    chain: Chain,
     worker_settings: Callable[..., Settings],
 ) -> None:
     """`screenshot-ref` against a local HTTP server (private hosts allowed in tests) that is
@@ -378,7 +399,9 @@ async def test_http_503_is_retried_and_the_image_then_passes(
     app.router.add_get("/shot.png", image)
     server = await aiohttp_server(app)
     url = str(server.make_url("/shot.png"))
-    project, owner, _ = await project_with_parties(vclient, db)
+    project, owner, _ = await disputed_with_parties(
+        vclient, db, chain, url, policy="screenshot-ref"
+    )
     job_id = (
         await create_job(
             vclient,
@@ -402,12 +425,14 @@ async def test_exhausted_retries_fail_the_job(
     db: asyncpg.Connection,
     worker_settings: Callable[..., Settings],
     devnet: Devnet,
+    chain: Chain,
 ) -> None:
     from tests.api.verifier.conftest import verifier_overrides
 
     client = await make_client(**verifier_overrides(devnet, verifier_max_attempts=2))
-    project, owner, _ = await project_with_parties(client, db)
-    accepted = await create_job(client, owner.headers, job_body(project))
+    ref = random_address()
+    project, owner, _ = await disputed_with_parties(client, db, chain, ref)
+    accepted = await create_job(client, owner.headers, job_body(project, deliveryRef=ref))
     assert accepted["maxAttempts"] == 2
     job_id = accepted["jobId"]
     unreachable = worker_settings(chain_rpc_url=closed_port_url(), verifier_max_attempts=2)
@@ -441,51 +466,64 @@ async def test_exhausted_retries_fail_the_job(
     assert await error_code(resp, 410) == "raw_evidence_expired"
 
 
-async def test_an_older_job_completing_late_does_not_replace_a_newer_result(
+async def test_one_verdict_per_dispute_and_a_new_job_only_after_a_failed_one(
     vclient: Any,
     db: asyncpg.Connection,
     devnet: Devnet,
+    chain: Chain,
     worker_settings: Callable[..., Settings],
 ) -> None:
-    """The milestone shows the newest job's result (by request), whatever order the jobs
-    complete in: an older request retried until after a newer one completed is history."""
-    project, owner, _ = await project_with_parties(vclient, db, milestones=1)
-    older = (
-        await create_job(
-            vclient, owner.headers, job_body(project, deliveryRef=devnet.deployment.registry)
+    """One verdict per dispute: while the dispute's job is queued or completed, a request for
+    the dispute (by any party, with any nonce) answers 200 with that job and its own request;
+    only a failed job lets a new one be created, and the milestone read model shows the job
+    that completed. (Before one verdict per dispute, this test had two jobs of one milestone
+    complete in the opposite order and the newest request win: a dispute can no longer have
+    two jobs that complete.)"""
+    registry = devnet.deployment.registry
+    project, owner, worker = await disputed_with_parties(vclient, db, chain, registry)
+    body = job_body(project, deliveryRef=registry)
+    first = await create_job(vclient, owner.headers, body)
+
+    async def request_again(party: Any, **values: Any) -> dict[str, Any]:
+        resp = await vclient.post(
+            JOBS, json=job_body(project, deliveryRef=registry, **values), headers=party.headers
         )
-    )["jobId"]
-    newer = (await create_job(vclient, owner.headers, job_body(project)))["jobId"]
-    due_later = (
-        "UPDATE jobs SET next_attempt_at = now() + make_interval(secs => $2) "
-        "WHERE id = (SELECT job_id FROM verifier_jobs WHERE id = $1::uuid)"
-    )
-    await db.execute(due_later, older, 3600.0)
-    async with verifier_worker(worker_settings()) as worker:
-        await wait_status(vclient, owner.headers, newer, "completed")
-        await db.execute(due_later, older, 0.0)
-        worker.wake()
-        await wait_status(vclient, owner.headers, older, "completed")
+        assert resp.status == 200, await resp.text()
+        answer = dict(await resp.json())
+        assert resp.headers["Location"] == answer["pollUrl"] == f"{JOBS}/{answer['jobId']}"
+        return answer
 
     async def milestone() -> dict[str, Any]:
         resp = await vclient.get(f"/v1/projects/{project}", headers=owner.headers)
         return dict((await resp.json())["milestones"][0])
 
-    newest = await get_job(vclient, owner.headers, newer)
-    shown = await milestone()
-    assert shown["latestVerifierJobId"] == newer
-    assert shown["latestVerifierPasses"] is False
-    assert shown["latestEvidenceHash"] == newest["result"]["evidenceHash"]
-    # A job requested later still replaces it.
-    latest = (
-        await create_job(
-            vclient, owner.headers, job_body(project, deliveryRef=devnet.deployment.registry)
-        )
-    )["jobId"]
+    queued = await request_again(worker, nonce=5)
+    assert queued["jobId"] == first["jobId"] and queued["status"] == "queued"
+    # The job's own request (no nonce), not the one just sent.
+    assert queued["request"] == first["request"] and queued["request"]["nonce"] is None
+    assert await db.fetchval("SELECT count(*) FROM verifier_jobs") == 1
+
+    # The chain unreachable: the job fails after its attempts, without a verdict.
+    async with verifier_worker(worker_settings(chain_rpc_url=closed_port_url())):
+        failed = await wait_status(vclient, owner.headers, first["jobId"], "completed", "failed")
+    assert failed["status"] == "failed", failed
+    assert failed["attemptCount"] == failed["maxAttempts"] == 3
+    assert "latestVerifierJobId" not in await milestone()
+
+    # Only now may a new job judge the dispute.
+    second = await create_job(vclient, worker.headers, body)
+    assert second["jobId"] != first["jobId"]
     async with verifier_worker(worker_settings()):
-        await wait_status(vclient, owner.headers, latest, "completed")
+        done = await wait_status(vclient, worker.headers, second["jobId"], "completed")
     shown = await milestone()
-    assert (shown["latestVerifierJobId"], shown["latestVerifierPasses"]) == (latest, True)
+    assert (shown["latestVerifierJobId"], shown["latestVerifierPasses"]) == (second["jobId"], True)
+    assert shown["latestEvidenceHash"] == done["result"]["evidenceHash"]
+    # A completed verdict is final: a request answers with it, and no job is created.
+    final = await request_again(owner)
+    assert (final["jobId"], final["status"]) == (second["jobId"], "completed")
+    assert final["attemptCount"] == 1
+    assert await db.fetchval("SELECT count(*) FROM verifier_jobs") == 2
+    assert await db.fetchval("SELECT count(*) FROM jobs WHERE queue = 'verifier'") == 2
 
 
 async def test_a_requested_nonce_the_registry_already_used_fails_at_once(
@@ -502,7 +540,10 @@ async def test_a_requested_nonce_the_registry_already_used_fails_at_once(
         receipt = chain.attest(disputed, 0, True)
         [used] = chain.events(receipt, chain.registry, "VerifierNonceUsed")
         assert used["signer"] == SIGNER
-        project, owner, _ = await project_with_parties(vclient, db)
+        # The job judges another dispute (the attested one moved on).
+        project, owner, _ = await disputed_with_parties(
+            vclient, db, chain, devnet.deployment.registry
+        )
         job_id = (
             await create_job(
                 vclient,

@@ -39,6 +39,7 @@ from tests.integration.multinode.workload import (
     World,
     answered,
     claimant,
+    disputed_for_jobs,
     json_of,
     make_world,
     post_chat,
@@ -209,22 +210,22 @@ async def test_two_frontends_share_actors_spread_over_both_nodes(
         detail = await json_of(await b.get(f"/v1/projects/{world.building[1]}"), 200)
         assert detail["projectAddress"].lower() == world.building[1]
 
-        # Verifier jobs through both frontends, each polled through the other.
+        # Verifier jobs through both frontends, each polled through the other: each judges a
+        # dispute of its own on the devnet (one verdict per dispute), requested by the user of
+        # the owner account.
+        disputed = await disputed_for_jobs(chain, db, 2 * VERIFIER_WORKERS, registry)
         jobs = []
-        for i in range(2 * VERIFIER_WORKERS):
+        for i, project in enumerate(disputed):
             writer = (a, b)[i % 2]
             accepted = await json_of(
-                await post_job(
-                    writer, world.owner, world.building[i % PROJECT_SHARDS], registry, chain_id
-                ),
-                202,
+                await post_job(writer, owner_user, project, registry, chain_id), 202
             )
             jobs.append(accepted["jobId"])
 
         async def all_completed() -> bool:
             for i, job_id in enumerate(jobs):
                 record = await json_of(
-                    await (b, a)[i % 2].get(f"{JOBS}/{job_id}", headers=world.owner.headers), 200
+                    await (b, a)[i % 2].get(f"{JOBS}/{job_id}", headers=owner_user.headers), 200
                 )
                 assert record["status"] != "failed", record
                 if record["status"] != "completed":
@@ -235,7 +236,7 @@ async def test_two_frontends_share_actors_spread_over_both_nodes(
         ran_on = set()
         for job_id in jobs:
             raw = await json_of(
-                await a.get(f"{JOBS}/{job_id}/evidence/raw", headers=world.owner.headers), 200
+                await a.get(f"{JOBS}/{job_id}/evidence/raw", headers=owner_user.headers), 200
             )
             ran_on |= {attempt["nodeAddress"] for attempt in raw["attempts"]}
         assert ran_on <= {HEAD_IP, SECOND_IP}
@@ -282,6 +283,8 @@ async def test_losing_the_second_node_during_the_workload(
     hosted = {a["name"] for a in before["actors"] if a["nodeId"] == second}
     assert any("-shard-" in name for name in hosted), dict(families(before))
     offenses_before = await offense_counts(db)
+    # The disputes the verifier jobs queued before the node goes judge (one job each).
+    disputed = await disputed_for_jobs(chain, db, 2 * VERIFIER_WORKERS, registry)
     recorder = Recorder()
     stop = asyncio.Event()
 
@@ -372,13 +375,11 @@ async def test_losing_the_second_node_during_the_workload(
             jobs = [
                 (
                     await json_of(
-                        await post_job(
-                            fronts[i % 2], world.owner, world.building[0], registry, chain_id
-                        ),
+                        await post_job(fronts[i % 2], owner_user, project, registry, chain_id),
                         202,
                     )
                 )["jobId"]
-                for i in range(2 * VERIFIER_WORKERS)
+                for i, project in enumerate(disputed)
             ]
             await asyncio.sleep(1.0)
             killed_wall = time.time()
@@ -452,7 +453,7 @@ async def test_losing_the_second_node_during_the_workload(
         async def jobs_done() -> bool:
             for job_id in jobs:
                 record = await json_of(
-                    await a.get(f"{JOBS}/{job_id}", headers=world.owner.headers), 200
+                    await a.get(f"{JOBS}/{job_id}", headers=owner_user.headers), 200
                 )
                 assert record["status"] != "failed", record
                 if record["status"] != "completed":
@@ -463,7 +464,7 @@ async def test_losing_the_second_node_during_the_workload(
         print(f"node loss: the queued verifier jobs completed {jobs_took:.1f} s after recovery")
         for job_id in jobs:
             raw = await json_of(
-                await b.get(f"{JOBS}/{job_id}/evidence/raw", headers=world.owner.headers), 200
+                await b.get(f"{JOBS}/{job_id}/evidence/raw", headers=owner_user.headers), 200
             )
             for attempt in raw["attempts"]:
                 started = datetime.fromisoformat(attempt["startedAt"]).timestamp()

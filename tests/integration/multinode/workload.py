@@ -1,7 +1,8 @@
 """The users, projects and requests of the multi-node tests, over HTTP to real frontends.
 
 Wallets are linked through the API with real signatures; projects are rows of the read model
-(as in tests/api/records), one per project shard so every shard gets writes.
+(as in tests/api/records), one per project shard so every shard gets writes. Verifier jobs judge
+real disputes instead: projects disputed on the devnet and indexed by the cluster's indexer.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ import asyncpg
 from marketplace.actors.runtime import stable_shard
 from marketplace.chain.hashes import intent_config_hash
 from tests.api.identity.conftest import Wallet, link_wallet
+from tests.api.projects import seed
 from tests.api.records.conftest import Party, random_address, seed_project
 from tests.conftest import User, make_token, new_user
 from tests.contracts.helpers import USDC, Chain
 from tests.integration.claims.conftest import accept_all_legal, link_dev_wallet
+from tests.support.disputes import disputed_project, set_policies
 
 _serial = itertools.count(1)
 JOBS = "/v1/verifier/jobs"
@@ -143,7 +146,7 @@ async def post_draft(
 
 
 async def post_job(
-    session: aiohttp.ClientSession, party: Party, project: str, ref: str, chain_id: int
+    session: aiohttp.ClientSession, party: Party | User, project: str, ref: str, chain_id: int
 ) -> aiohttp.ClientResponse:
     return await session.post(
         JOBS,
@@ -248,6 +251,35 @@ async def until(predicate: Callable[[], Awaitable[bool]], limit_s: float, what: 
         assert time.monotonic() - started < limit_s, f"{what}: not within {limit_s} s"
         await asyncio.sleep(0.2)
     return time.monotonic() - started
+
+
+async def disputed_for_jobs(
+    chain: Chain, db: asyncpg.Connection, count: int, delivery_ref: str, limit_s: float = 60.0
+) -> list[str]:
+    """``count`` projects (lower-case addresses) whose milestone 0 ``chain.a.worker`` submitted
+    with ``delivery_ref`` and the owner disputed, each for one verifier job (one verdict per
+    dispute). Once the cluster's indexer has them in dispute, their claimed metadata (seeded,
+    owned by the indexed owner: the devnet owner account, which :func:`claimant` links) fixes
+    `address-smoke` as milestone 0's acceptance policy."""
+
+    def create() -> list[str]:
+        return [str(disputed_project(chain, delivery_ref).address).lower() for _ in range(count)]
+
+    # web3 blocks: off the loop, so a workload running meanwhile is not held up.
+    projects = await asyncio.to_thread(create)
+
+    async def indexed() -> bool:
+        found = await db.fetchval(
+            "SELECT count(*) FROM projects WHERE project_address = ANY($1) AND status = 'dispute'",
+            projects,
+        )
+        return int(found) == count
+
+    await until(indexed, limit_s, f"the indexer has the {count} disputed projects")
+    for project in projects:
+        await seed.metadata(db, project, chain.a.owner.lower())
+        await set_policies(db, project, [(0, "address-smoke")])
+    return projects
 
 
 # Project claims (docs/claims.md): an intent taken through a frontend, the project created on

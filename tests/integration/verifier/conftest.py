@@ -1,8 +1,13 @@
 """Verifier jobs against real components: an anvil devnet with the reference contracts (the
 registry that trusts the dev verifier key), projects created and disputed on it and indexed into
 the read model, jobs accepted by ``marketplace.verifier.jobs.accept`` and run by the ``verifier``
-queue's workers (in process or as Ray actors), and a local HTTP server whose answers are slow on
-purpose (so a worker can be killed while a job runs)."""
+queue's workers (in process or as Ray actors) and their policy executors, and a local HTTP server
+whose answers are slow on purpose (so a worker can be killed while a job runs).
+
+A job is accepted only for the active dispute of a project, over the delivery submitted on chain,
+with the acceptance policy the owner fixed; one verdict per dispute. So every job here judges a
+project of its own, disputed over the job's ``deliveryRef``; the claimed metadata that fixes the
+policy is seeded (the claim itself is tested in tests/integration/claims)."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 import pytest
@@ -29,10 +34,12 @@ from marketplace.verifier import jobs
 from marketplace.verifier.models import VerifierJobCreateRequest
 from marketplace.verifier.policies import available_policies
 from marketplace.verifier.policy import PolicyId
+from tests.api.projects import seed
 from tests.conftest import Servers, reset_state
 from tests.contracts.helpers import Chain
 from tests.support.chain import chain_settings, indexer_config, reverting_chain, start_devnet
 from tests.support.chain import sync as sync_engine
+from tests.support.disputes import disputed_project, set_policies
 from tests.support.verifier_fixtures import PNG_1X1
 
 
@@ -86,11 +93,27 @@ async def engine(devnet: Devnet, pool: asyncpg.Pool) -> AsyncIterator[IndexerEng
     await rpc.close()
 
 
-async def indexed_project(chain: Chain, engine: IndexerEngine) -> str:
-    """A standard project in Building (``a.worker`` selected), indexed; its lower-case address."""
-    project = chain.building()
+async def disputed_projects(
+    chain: Chain,
+    engine: IndexerEngine,
+    pool: asyncpg.Pool,
+    policy: PolicyId,
+    refs: list[str],
+) -> list[str]:
+    """One standard project per ``deliveryRef`` (``a.worker`` selected), whose milestone 0 the
+    worker submitted with it and the owner disputed (phase challenged), indexed by the engine;
+    its claimed metadata (owner: the indexed owner) fixes ``policy`` as milestone 0's acceptance
+    policy. Their lower-case addresses."""
+    contracts = [disputed_project(chain, ref) for ref in refs]
     await sync_engine(engine)
-    return str(project.address).lower()
+    addresses = [str(contract.address).lower() for contract in contracts]
+    async with pool.acquire() as proxy:
+        # A pooled connection proxies a Connection (what the seed helpers take).
+        conn = cast(asyncpg.Connection, proxy)
+        for address in addresses:
+            await seed.metadata(conn, address, chain.a.owner.lower())
+            await set_policies(conn, address, [(0, policy.value)])
+    return addresses
 
 
 async def verifier_admin(pool: asyncpg.Pool) -> uuid.UUID:
@@ -106,14 +129,15 @@ async def request_jobs(
     pool: asyncpg.Pool,
     settings: Settings,
     user_id: uuid.UUID,
-    project: str,
+    projects: list[str],
     policy: PolicyId,
     refs: list[str],
 ) -> list[uuid.UUID]:
-    """Accept one job per ``deliveryRef`` for milestone 0, as the API would."""
+    """Accept one job per project and ``deliveryRef`` for milestone 0, as the API would: new
+    jobs (each project's dispute has none yet)."""
     ids = []
-    for ref in refs:
-        job_id, accepted = await jobs.accept(
+    for project, ref in zip(projects, refs, strict=True):
+        accepted = await jobs.accept(
             pool,
             settings,
             user_id=user_id,
@@ -127,9 +151,24 @@ async def request_jobs(
             available=available_policies(settings),
             signing_ready=True,
         )
-        assert accepted.status == "queued"
-        ids.append(job_id)
+        assert accepted.created and accepted.response.status == "queued"
+        ids.append(accepted.job_id)
     return ids
+
+
+async def dispute_jobs(
+    pool: asyncpg.Pool,
+    settings: Settings,
+    user_id: uuid.UUID,
+    chain: Chain,
+    engine: IndexerEngine,
+    policy: PolicyId,
+    refs: list[str],
+) -> list[uuid.UUID]:
+    """:func:`request_jobs` for ``refs``, each on a project of its own from
+    :func:`disputed_projects`."""
+    projects = await disputed_projects(chain, engine, pool, policy, refs)
+    return await request_jobs(pool, settings, user_id, projects, policy, refs)
 
 
 async def wait_for(

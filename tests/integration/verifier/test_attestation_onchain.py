@@ -1,10 +1,12 @@
 """The attestation of a verifier job is accepted by the project contract on a devnet.
 
-A disputed milestone on anvil, indexed; the selected worker requests an ``address-smoke`` job
-through the API; the ``verifier`` queue's worker (in process here: ``test_pool.py`` runs the Ray
-actors) runs it; ``attestMilestone`` with the job's attestation succeeds on chain, while the
-same attestation with one field changed reverts. Indexed again, the milestone read model shows
-the attestation and the job's result.
+A disputed milestone on anvil (submitted with the registry's address as its delivery), indexed,
+``address-smoke`` fixed as its acceptance policy; the selected worker requests an
+``address-smoke`` job of that delivery through the API; the ``verifier`` queue's worker (in
+process here, with its policy executor actor: ``test_pool.py`` runs the Ray actors) runs it;
+``attestMilestone`` with the job's attestation succeeds on chain, while the same attestation with
+one field changed reverts. Indexed again, the milestone read model shows the attestation and the
+job's result.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+import ray
 from eth_utils import keccak
 
 from marketplace.chain.enums import MilestoneStatus
@@ -23,11 +26,18 @@ from marketplace.config import Settings
 from marketplace.indexer.engine import IndexerEngine
 from marketplace.jobs.worker import JobWorker
 from marketplace.verifier.execution import VERIFIER_QUEUE
+from marketplace.verifier.policy import PolicyId
+from tests.api.verifier.conftest import start_executor
 from tests.conftest import Servers, kill_namespace_actors
 from tests.contracts.helpers import DAY, Chain
 from tests.integration.jobs.conftest import running
 from tests.integration.records.conftest import link_dev_account
-from tests.integration.verifier.conftest import Devnet, verifier_settings, wait_for
+from tests.integration.verifier.conftest import (
+    Devnet,
+    disputed_projects,
+    verifier_settings,
+    wait_for,
+)
 from tests.support.chain import sync
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -57,19 +67,28 @@ async def client(aiohttp_client: Any, settings: Settings, pool: asyncpg.Pool) ->
 
 @pytest.fixture
 async def verifier(pool: asyncpg.Pool, settings: Settings) -> AsyncIterator[JobWorker]:
+    """The queue's worker (index 0) and its policy executor."""
+    executor = start_executor(settings)
     worker = JobWorker(VERIFIER_QUEUE, pool, settings, owner=f"test-verifier:{uuid.uuid4().hex}")
-    async with running(worker):
-        yield worker
+    try:
+        async with running(worker):
+            yield worker
+    finally:
+        ray.kill(executor, no_restart=True)
 
 
-async def disputed_project(client: Any, chain: Chain, engine: IndexerEngine) -> tuple[Any, Any]:
-    """A project in Building whose milestone 0 the owner disputed, indexed; its contract and the
-    worker's user (linked to the worker's dev account through the API)."""
-    project = chain.building()
-    chain.dispute(project, 0)
-    await sync(engine)
+async def disputed_project(
+    client: Any, chain: Chain, engine: IndexerEngine, pool: asyncpg.Pool, settings: Settings
+) -> tuple[Any, Any]:
+    """A project in Building whose milestone 0 the worker submitted with the registry's address
+    (what :func:`run_job` requests) and the owner disputed, indexed, with ``address-smoke`` as
+    the milestone's acceptance policy; its contract and the worker's user (linked to the worker's
+    dev account through the API)."""
+    (address,) = await disputed_projects(
+        chain, engine, pool, PolicyId.ADDRESS_SMOKE, [settings.registry_address]
+    )
     worker = await link_dev_account(client, chain.a.worker)
-    return project, worker
+    return chain.project(address), worker
 
 
 async def run_job(client: Any, worker: Any, project: Any, settings: Settings) -> dict[str, Any]:
@@ -116,9 +135,14 @@ def attest_call(project: Any, a: dict[str, Any], **changes: Any) -> Any:
 
 
 async def test_the_jobs_attestation_is_accepted_on_chain_and_a_tampered_one_reverts(
-    client: Any, chain: Chain, engine: IndexerEngine, settings: Settings, verifier: JobWorker
+    client: Any,
+    chain: Chain,
+    engine: IndexerEngine,
+    pool: asyncpg.Pool,
+    settings: Settings,
+    verifier: JobWorker,
 ) -> None:
-    project, worker = await disputed_project(client, chain, engine)
+    project, worker = await disputed_project(client, chain, engine, pool, settings)
     record = await run_job(client, worker, project, settings)
     result = record["result"]
     attestation = result["attestation"]
@@ -173,9 +197,14 @@ async def test_the_jobs_attestation_is_accepted_on_chain_and_a_tampered_one_reve
 
 
 async def test_a_devnet_whose_clock_was_advanced_still_accepts_a_fresh_attestation(
-    client: Any, chain: Chain, engine: IndexerEngine, settings: Settings, verifier: JobWorker
+    client: Any,
+    chain: Chain,
+    engine: IndexerEngine,
+    pool: asyncpg.Pool,
+    settings: Settings,
+    verifier: JobWorker,
 ) -> None:
-    project, worker = await disputed_project(client, chain, engine)
+    project, worker = await disputed_project(client, chain, engine, pool, settings)
     chain.rpc("evm_increaseTime", 10 * DAY)
     chain.rpc("evm_mine")
     assert chain.now() > time.time() + 9 * DAY

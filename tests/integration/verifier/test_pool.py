@@ -1,6 +1,7 @@
 """The verifier pool as real Ray actors: ``MARKETPLACE_VERIFIER_POOL_SIZE`` job worker actors of
-the ``verifier`` queue, each running one job at a time, recording where each attempt ran; a
-worker killed mid-job leaves the job to be retried, and it completes (and attests) once.
+the ``verifier`` queue (each with its paired policy executor actor, as the API's startup creates
+them), each running one job at a time, recording where each attempt ran; a worker killed mid-job
+leaves the job to be retried, and it completes (and attests) once.
 
 The jobs are ``screenshot-ref`` checks of a local HTTP server that takes seconds to answer, so
 jobs overlap and a worker can be killed while one runs (private hosts are allowed for it).
@@ -20,19 +21,21 @@ import ray
 
 from marketplace.actors.job_worker import JobWorkers, worker_name
 from marketplace.actors.runtime import ActorRuntime
+from marketplace.actors.verifier_executor import executor_spec
 from marketplace.config import Settings
 from marketplace.errors import ServiceUnavailable
 from marketplace.indexer.engine import IndexerEngine
 from marketplace.jobs import JobRegistry
 from marketplace.storage.repositories import verifier_jobs as repo
 from marketplace.verifier.execution import VERIFIER_QUEUE
-from marketplace.verifier.policy import PolicyId
+from marketplace.verifier.policy import PolicyId, PolicySettings
 from tests.conftest import Servers, kill_namespace_actors
 from tests.contracts.helpers import Chain
 from tests.integration.verifier.conftest import (
     Devnet,
     SlowImages,
-    indexed_project,
+    dispute_jobs,
+    disputed_projects,
     request_jobs,
     verifier_admin,
     verifier_settings,
@@ -66,6 +69,13 @@ def pool_settings(servers: Servers, devnet: Devnet, namespace: str, **extra: Any
 async def start_pool(settings: Settings, servers: Servers, size: int) -> JobWorkers:
     runtime = ActorRuntime(settings, database_url=servers.database_url)
     runtime.connect()
+    # Each worker's policy executor (same index), given only the policy settings, as the API's
+    # startup creates them (marketplace/http/routes/verifier.py, policy_executors).
+    policy_settings = PolicySettings.from_settings(settings)
+    for index in range(size):
+        runtime.handle(
+            executor_spec(index, settings.verifier_executor_resource), policy_settings, index
+        )
     workers = JobWorkers(runtime, JobRegistry([VERIFIER_QUEUE]))
     assert workers.start() == size
 
@@ -100,16 +110,17 @@ async def test_two_workers_run_two_jobs_at_once_each_one_at_a_time(
     slow_images: SlowImages,
 ) -> None:
     settings = pool_settings(servers, devnet, namespace)
-    project = await indexed_project(chain, engine)
     admin = await verifier_admin(pool)
     await start_pool(settings, servers, 2)
 
     names = [f"shot-{i}" for i in range(4)]
-    ids = await request_jobs(
+    # One job per dispute: a disputed project per image.
+    ids = await dispute_jobs(
         pool,
         settings,
         admin,
-        project,
+        chain,
+        engine,
         PolicyId.SCREENSHOT_REF,
         [slow_images.ref(n) for n in names],
     )
@@ -152,13 +163,12 @@ async def test_a_worker_killed_mid_job_leaves_it_retried_and_completed_once(
 ) -> None:
     slow_images.delay = 5.0
     settings = pool_settings(servers, devnet, namespace, jobs_lease_seconds=2)
-    project = await indexed_project(chain, engine)
+    refs = [slow_images.ref("victim")]
+    (project,) = await disputed_projects(chain, engine, pool, PolicyId.SCREENSHOT_REF, refs)
     admin = await verifier_admin(pool)
     await start_pool(settings, servers, 2)
 
-    (job_id,) = await request_jobs(
-        pool, settings, admin, project, PolicyId.SCREENSHOT_REF, [slow_images.ref("victim")]
-    )
+    (job_id,) = await request_jobs(pool, settings, admin, [project], PolicyId.SCREENSHOT_REF, refs)
 
     async def fetching() -> bool:
         return slow_images.arrived("victim") == 1

@@ -41,8 +41,7 @@ from tests.conftest import Servers
 from tests.contracts.helpers import Chain
 from tests.integration.verifier.conftest import (
     Devnet,
-    indexed_project,
-    request_jobs,
+    dispute_jobs,
     verifier_admin,
     verifier_settings,
 )
@@ -275,9 +274,9 @@ async def accept_job(
     policy: PolicyId,
     ref: str,
 ) -> uuid.UUID:
-    project = await indexed_project(chain, engine)
-    [job_id] = await request_jobs(
-        pool, settings, await verifier_admin(pool), project, policy, [ref]
+    """The job of a project disputed over ``ref``, whose acceptance policy is ``policy``."""
+    [job_id] = await dispute_jobs(
+        pool, settings, await verifier_admin(pool), chain, engine, policy, [ref]
     )
     return job_id
 
@@ -296,6 +295,8 @@ async def test_transient_failure_then_success(
 ) -> None:
     ref = delivery_ref(case.policy, gateway, devnet, repos[1])
     job_id = await accept_job(pool, settings_for(case.policy), chain, engine, case.policy, ref)
+    # Accepting an address-smoke job read the dispute through the gateway (its chain RPC).
+    served_before = gateway.served
 
     await gateway.become(case.outage)
     # The retry would fall due a minute later: only the test pulls it forward.
@@ -316,7 +317,7 @@ async def test_transient_failure_then_success(
     due_in = (retrying["next_attempt_at"] - datetime.now(UTC)).total_seconds()
     assert 50 < due_in <= 60, due_in
     if case.outage == "503":
-        assert gateway.refused > 0 and gateway.served == 0
+        assert gateway.refused > 0 and gateway.served == served_before
 
     await gateway.recover()
     await pool.execute(
@@ -334,7 +335,7 @@ async def test_transient_failure_then_success(
     assert done["evidence"]["policy"] == case.policy.value
     assert done["attestation"] is not None
     # The second attempt really went through the gateway.
-    assert gateway.served > 0
+    assert gateway.served > served_before
     attempts = await pool.fetchval(
         "SELECT raw_evidence -> 'attempts' FROM verifier_jobs WHERE id = $1", job_id
     )
@@ -356,6 +357,7 @@ async def test_exhausted_retries_fail_the_job(
     settings = settings_for(case.policy, verifier_max_attempts=2)
     ref = delivery_ref(case.policy, gateway, devnet, repos[1])
     job_id = await accept_job(pool, settings, chain, engine, case.policy, ref)
+    served_before = gateway.served
 
     await gateway.become(case.other)
     async with verifier_worker(settings):
@@ -370,7 +372,7 @@ async def test_exhausted_retries_fail_the_job(
     assert (failed["passes"], failed["evidence"], failed["attestation"]) == (None, None, None)
     if case.other == "503":
         # Both attempts met the outage (each makes at least one request).
-        assert gateway.refused >= 2 and gateway.served == 0
+        assert gateway.refused >= 2 and gateway.served == served_before
     attempts = await pool.fetchval(
         "SELECT raw_evidence -> 'attempts' FROM verifier_jobs WHERE id = $1", job_id
     )

@@ -1,8 +1,9 @@
 """Verifier jobs on a two-node Ray cluster on this machine: a head started with
 ``ray start --head`` and a second node joined with ``ray start --address``, each with its own
 temp dir, resources (``node_a``, ``node_b``) and ports; the verifier pool (4 workers, SPREAD)
-created on it by a driver process through ``ActorRuntime`` with ``ray_address`` set to the head.
-The attempts of the jobs record both nodes.
+created on it by a driver process through ``ActorRuntime`` with ``ray_address`` set to the head,
+with each worker's policy executor. The attempts of the jobs (each judging a dispute of its own)
+record both nodes.
 
 The cluster (its addresses, ports and how it is stopped without Ray's CLI) is
 ``tests.support.ray_cluster``.
@@ -28,8 +29,7 @@ from tests.conftest import Servers
 from tests.contracts.helpers import Chain
 from tests.integration.verifier.conftest import (
     Devnet,
-    indexed_project,
-    request_jobs,
+    dispute_jobs,
     verifier_admin,
     verifier_settings,
     wait_completed,
@@ -103,11 +103,11 @@ async def test_verifier_jobs_run_on_both_nodes_of_a_two_node_cluster(
     ]
     assert len(report["workers"]) == POOL_SIZE
 
-    project = await indexed_project(chain, engine)
     admin = await verifier_admin(pool)
-    # address-smoke of the registry (code: passes) and of an account without code (fails).
+    # address-smoke of the registry (code: passes) and of an account without code (fails),
+    # each judging a dispute of its own (one verdict per dispute).
     refs = [settings.registry_address if i % 2 else chain.a.stranger for i in range(JOBS)]
-    ids = await request_jobs(pool, settings, admin, project, PolicyId.ADDRESS_SMOKE, refs)
+    ids = await dispute_jobs(pool, settings, admin, chain, engine, PolicyId.ADDRESS_SMOKE, refs)
     rows = await wait_completed(pool, ids, 120)
     assert [r["passes"] for r in rows] == [bool(i % 2) for i in range(JOBS)]
 

@@ -5,8 +5,8 @@ Run as ``python -m tests.integration.verifier.two_node_driver`` from the reposit
 the actors' settings as JSON on stdin (``settings_for_actor``, ``ray_address`` the head). It
 connects through :class:`ActorRuntime` as a frontend does, waits for both nodes, starts the
 verifier pool (named, detached actors: they outlive this process, until the nodes stop) and
-waits until every worker listens; it prints one JSON line: the nodes' ids and the workers'
-states.
+waits until every worker listens, then starts each worker's policy executor (same index); it
+prints one JSON line: the nodes' ids and the workers' states.
 """
 
 from __future__ import annotations
@@ -21,10 +21,12 @@ import ray
 
 from marketplace.actors.job_worker import JobWorkers
 from marketplace.actors.runtime import ActorRuntime
+from marketplace.actors.verifier_executor import executor_spec
 from marketplace.config import Settings
 from marketplace.errors import ServiceUnavailable
 from marketplace.jobs import JobRegistry
 from marketplace.verifier.execution import VERIFIER_QUEUE
+from marketplace.verifier.policy import PolicySettings
 from tests.support.ray_cluster import spread_reaches
 
 WAIT_SECONDS = 60.0
@@ -51,12 +53,25 @@ async def start_pool(settings: Settings) -> dict[str, Any]:
         if time.monotonic() > deadline:
             raise SystemExit("the verifier workers did not start")
         await asyncio.sleep(0.2)
+    start_executors(settings, size)
     nodes = [
         {"nodeId": n["NodeID"], "address": n["NodeManagerAddress"], "resources": n["Resources"]}
         for n in ray.nodes()
         if n["Alive"]
     ]
     return {"nodes": nodes, "workers": states}
+
+
+def start_executors(settings: Settings, size: int) -> None:
+    """The policy executor of each worker (same index), given only the policy settings, as the
+    API's startup creates them, but outside the actor slots: the nodes' slots
+    (MARKETPLACE_RAY_ACTOR_RESOURCE) are what spreads the workers, whose attempts the test
+    checks; an executor (no CPU reserved) may run on either node."""
+    policy_settings = PolicySettings.from_settings(settings)
+    for index in range(size):
+        spec = executor_spec(index, settings.verifier_executor_resource)
+        remote: Any = ray.remote(spec.cls)
+        remote.options(**spec.ray_options(settings.ray_namespace)).remote(policy_settings, index)
 
 
 def main() -> None:
