@@ -510,6 +510,7 @@ CREATE TABLE public.project_metadata (
     intent_id uuid,
     tx_hash text NOT NULL,
     config_hash text NOT NULL,
+    milestone_policies jsonb DEFAULT '[]'::jsonb NOT NULL,
     CONSTRAINT project_metadata_bidding_access_check CHECK ((bidding_access = ANY (ARRAY['invite_only'::text, 'open'::text]))),
     CONSTRAINT project_metadata_check CHECK (((claim_mode = 'intent'::text) = (intent_id IS NOT NULL))),
     CONSTRAINT project_metadata_claim_mode_check CHECK ((claim_mode = ANY (ARRAY['intent'::text, 'direct'::text]))),
@@ -517,6 +518,7 @@ CREATE TABLE public.project_metadata (
     CONSTRAINT project_metadata_description_check CHECK ((char_length(description) <= 2000)),
     CONSTRAINT project_metadata_hash_version_check CHECK ((hash_version = ANY (ARRAY['v1_intent'::text, 'v1_direct'::text]))),
     CONSTRAINT project_metadata_image_url_check CHECK ((char_length(image_url) <= 1024)),
+    CONSTRAINT project_metadata_milestone_policies_check CHECK ((jsonb_typeof(milestone_policies) = 'array'::text)),
     CONSTRAINT project_metadata_project_address_check CHECK ((project_address ~ '^0x[0-9a-f]{40}$'::text)),
     CONSTRAINT project_metadata_project_mode_check CHECK ((project_mode = ANY (ARRAY['standard'::text, 'challenge'::text]))),
     CONSTRAINT project_metadata_repo_url_check CHECK ((char_length(repo_url) <= 1024)),
@@ -635,12 +637,14 @@ CREATE TABLE public.verifier_jobs (
     raw_evidence jsonb,
     logs text,
     raw_deleted_at timestamp with time zone,
+    dispute_opened_at bigint,
     CONSTRAINT verifier_jobs_attempt_count_check CHECK ((attempt_count >= 0)),
     CONSTRAINT verifier_jobs_attestation_nonce_check CHECK ((attestation_nonce >= (0)::numeric)),
     CONSTRAINT verifier_jobs_chain_id_check CHECK ((chain_id >= 1)),
     CONSTRAINT verifier_jobs_check_policy_id_check CHECK ((check_policy_id = ANY (ARRAY['github-ref'::text, 'address-smoke'::text, 'forge-test'::text, 'cargo-test'::text, 'npm-test'::text, 'figma-ref'::text, 'screenshot-ref'::text]))),
     CONSTRAINT verifier_jobs_completed CHECK (((status = 'completed'::text) = ((completed_at IS NOT NULL) AND (passes IS NOT NULL) AND (evidence_hash IS NOT NULL) AND (attestation IS NOT NULL)))),
     CONSTRAINT verifier_jobs_delivery_ref_check CHECK (((char_length(delivery_ref) >= 1) AND (char_length(delivery_ref) <= 2048))),
+    CONSTRAINT verifier_jobs_dispute_opened_at_check CHECK ((dispute_opened_at >= 0)),
     CONSTRAINT verifier_jobs_evidence_hash_check CHECK (((evidence_hash IS NULL) OR (evidence_hash ~ '^0x[0-9a-f]{64}$'::text))),
     CONSTRAINT verifier_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT verifier_jobs_milestone_index_check CHECK (((milestone_index >= 0) AND (milestone_index <= 65535))),
@@ -944,6 +948,8 @@ CREATE INDEX user_blocks_blocked ON public.user_blocks USING btree (blocked_user
 CREATE UNIQUE INDEX usernames_lower_unique ON public.usernames USING btree (lower(username));
 
 CREATE INDEX verifier_jobs_creator ON public.verifier_jobs USING btree (created_by, seq DESC);
+
+CREATE INDEX verifier_jobs_dispute ON public.verifier_jobs USING btree (project_address, milestone_index, dispute_opened_at, seq DESC) WHERE (dispute_opened_at IS NOT NULL);
 
 CREATE UNIQUE INDEX verifier_jobs_job ON public.verifier_jobs USING btree (job_id);
 
