@@ -48,18 +48,14 @@ class ShardFamily(enum.StrEnum):
 
 @dataclass
 class ShardContext:
-    """What a shard command may use: the shard's own pool, settings and chain client, and a
-    per-key cache that lives as long as the shard process (rebuildable from Postgres)."""
+    """What a shard command may use: the shard's own pool, settings and chain client, and its
+    group commits."""
 
     pool: asyncpg.Pool
     settings: Settings
     chain: JsonRpcClient | None
     shard_index: int
-    cache: dict[str, dict[str, Any]] = field(default_factory=dict)
     groups: dict[str, GroupCommit[Any, Any]] = field(default_factory=dict)
-
-    def cache_for(self, key: str) -> dict[str, Any]:
-        return self.cache.setdefault(key.lower(), {})
 
     def group_commit(
         self, name: str, write: Callable[[list[T]], Awaitable[Sequence[R]]]
