@@ -18,7 +18,6 @@ from typing import TypedDict
 import asyncpg
 
 from marketplace.messaging import rules
-from marketplace.messaging.errors import NotProjectParty
 from marketplace.messaging.models import BodyStatus
 from marketplace.moderation.reads import is_moderation_admin
 from marketplace.pagination import BIGINT_MAX, CursorKind, keyset_page
@@ -28,7 +27,7 @@ from marketplace.records.access import (
     callers_and_visible_projects,
     require_linked,
 )
-from marketplace.records.errors import ProjectNotFound
+from marketplace.records.errors import NotProjectParty, ProjectNotFound
 from marketplace.shards import ProjectCommand, ShardContext
 from marketplace.storage.pool import Conn
 from marketplace.storage.repositories import messages as repo

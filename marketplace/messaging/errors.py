@@ -6,14 +6,6 @@ from __future__ import annotations
 from marketplace.errors import Conflict, Forbidden, NotFound
 
 
-class NotProjectParty(Forbidden):
-    code = "not_project_party"
-    default_message = (
-        "only the project owner and the selected worker (through an active wallet link) may use "
-        "the project chat"
-    )
-
-
 class WorkerNotSelected(Conflict):
     code = "worker_not_selected"
     default_message = "the project chat opens once the owner has selected a worker"

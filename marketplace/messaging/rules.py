@@ -6,9 +6,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 
-from marketplace.messaging.errors import InvalidTransition, NotProjectParty, WorkerNotSelected
+from marketplace.messaging.errors import InvalidTransition, WorkerNotSelected
 from marketplace.messaging.models import BodyStatus, ReportStatus
 from marketplace.records.access import ProjectParties
+from marketplace.records.errors import NotProjectParty
 
 # The admin workflow: open -> reviewing | actioned | dismissed, reviewing -> actioned |
 # dismissed. actioned and dismissed are final.

@@ -15,6 +15,16 @@ class WalletNotLinked(Forbidden):
     default_message = "the wallet is not an active wallet link of the caller"
 
 
+class NotProjectParty(Forbidden):
+    """The caller is neither the project's owner nor its selected worker (through an active
+    wallet link); one class for every rule that needs a party (chat, verifier jobs)."""
+
+    code = "not_project_party"
+    default_message = (
+        "only the project's owner or selected worker (through an active wallet link) may do this"
+    )
+
+
 class NotProjectOwner(Forbidden):
     code = "not_project_owner"
     default_message = "only the project owner (an active link to the owner wallet) may do this"

@@ -24,14 +24,6 @@ class NotVerifierJobParty(Forbidden):
     )
 
 
-class NotProjectParty(Forbidden):
-    code = "not_project_party"
-    default_message = (
-        "only the project's owner or selected worker (through an active wallet link) or a "
-        "verifier admin may request a verifier job"
-    )
-
-
 class ChainMismatch(Conflict):
     code = "chain_mismatch"
     default_message = "chainId is not the chain this deployment verifies on"

@@ -24,7 +24,7 @@ from marketplace.identity.permissions import flags_of
 from marketplace.jobs import enqueue
 from marketplace.pagination import BIGINT_MAX, CursorKind, keyset_page
 from marketplace.records.access import ProjectParties, caller_wallets
-from marketplace.records.errors import ProjectNotFound
+from marketplace.records.errors import NotProjectParty, ProjectNotFound
 from marketplace.storage.repositories import projects as projects_repo
 from marketplace.storage.repositories import verifier_jobs as repo
 from marketplace.verifier.dispute import DisputeFacts, read_dispute
@@ -36,7 +36,6 @@ from marketplace.verifier.errors import (
     MilestoneNotDisputed,
     MilestoneOutOfRange,
     NoAcceptancePolicy,
-    NotProjectParty,
     NotVerifierJobParty,
     PolicyMismatch,
     PolicyUnavailable,
@@ -214,7 +213,10 @@ async def accept(
     if isinstance(project, ProjectNotFound):
         raise project
     if not (who.verifier_admin or who.is_party(project)):
-        raise NotProjectParty()
+        raise NotProjectParty(
+            "only the project's owner or selected worker (through an active wallet link) or a "
+            "verifier admin may request a verifier job"
+        )
     if request.milestoneIndex >= project.milestone_count:
         raise MilestoneOutOfRange(
             f"milestoneIndex {request.milestoneIndex} is not below the project's "

@@ -33,7 +33,6 @@ from marketplace.messaging.errors import (
     InvalidTransition,
     MessageNotFound,
     NoSharedProject,
-    NotProjectParty,
     ReportNotFound,
     ThreadNotFound,
     UserNotFound,
@@ -62,7 +61,7 @@ from marketplace.messaging.models import (
     WalletHeader,
 )
 from marketplace.moderation.errors import NotModerationAdmin
-from marketplace.records.errors import ProjectNotFound, WalletNotLinked
+from marketplace.records.errors import NotProjectParty, ProjectNotFound, WalletNotLinked
 
 routes = RouteTable(tag="messaging")
 

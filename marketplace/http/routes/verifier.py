@@ -21,7 +21,7 @@ from marketplace.config import Settings
 from marketplace.http import keys
 from marketplace.http.routing import AuthMode, Call, Reply, RouteTable
 from marketplace.notifications.unsubscribe import public_base_url
-from marketplace.records.errors import ProjectNotFound
+from marketplace.records.errors import NotProjectParty, ProjectNotFound
 from marketplace.verifier import jobs
 from marketplace.verifier.attestation import Signer
 from marketplace.verifier.errors import (
@@ -32,7 +32,6 @@ from marketplace.verifier.errors import (
     MilestoneNotDisputed,
     MilestoneOutOfRange,
     NoAcceptancePolicy,
-    NotProjectParty,
     NotVerifierJobParty,
     PolicyMismatch,
     PolicyUnavailable,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from marketplace.messaging import rules
-from marketplace.messaging.errors import InvalidTransition, NotProjectParty, WorkerNotSelected
+from marketplace.messaging.errors import InvalidTransition, WorkerNotSelected
 from marketplace.messaging.models import (
     BodyStatus,
     ChatMessageRecord,
@@ -19,6 +19,7 @@ from marketplace.messaging.models import (
     ReportStatus,
 )
 from marketplace.records.access import ProjectParties
+from marketplace.records.errors import NotProjectParty
 
 OWNER = "0x" + "11" * 20
 WORKER = "0x" + "22" * 20
