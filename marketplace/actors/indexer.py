@@ -26,13 +26,12 @@ import time
 from typing import Any
 
 from marketplace.actors.options import ActorSpec
-from marketplace.actors.restarts import note_restart
+from marketplace.actors.startup import start_actor
 from marketplace.aio import cancel_and_wait, wait_event
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
 from marketplace.indexer.engine import IndexerConfig, IndexerEngine
 from marketplace.indexer.health import Attempt, HealthRecorder, classify_failure
-from marketplace.interpreter import freeze_start_up_heap, pin_recursion_limit
 from marketplace.redis_client import Redis
 from marketplace.storage.pool import create_pool
 
@@ -60,11 +59,8 @@ def indexer_config(settings: Settings) -> IndexerConfig:
 
 class ChainIndexer:
     def __init__(self, settings: dict[str, Any]) -> None:
-        pin_recursion_limit()
-        freeze_start_up_heap()
-        self.settings = Settings(**settings)
+        self.settings = start_actor("indexer", settings)
         self.config = indexer_config(self.settings)
-        note_restart("indexer", self.settings.redis_url)
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None

@@ -29,11 +29,9 @@ from typing import Any
 import ray
 
 from marketplace.actors.options import ActorSpec
-from marketplace.actors.restarts import note_restart
 from marketplace.actors.runtime import ActorRuntime
+from marketplace.actors.startup import start_actor
 from marketplace.aio import wait_finished
-from marketplace.config import Settings
-from marketplace.interpreter import freeze_start_up_heap, pin_recursion_limit
 from marketplace.jobs.metrics import JobMetricsRecorder
 from marketplace.jobs.registry import JobRegistry, QueueSpec
 from marketplace.jobs.worker import JobWorker
@@ -47,12 +45,9 @@ MAX_START_BACKOFF_SECONDS = 30.0
 
 class JobWorkerActor:
     def __init__(self, settings: dict[str, Any], spec: QueueSpec, index: int) -> None:
-        pin_recursion_limit()
-        freeze_start_up_heap()
-        self.settings = Settings(**settings)
+        self.settings = start_actor("job-worker", settings)
         self.spec = spec
         self.index = index
-        note_restart("job-worker", self.settings.redis_url)
         # A fresh owner per process: a restarted actor must not mistake the dead process's
         # leases for its own.
         self.owner = f"{worker_name(spec.name, index)}:{os.getpid()}:{uuid.uuid4().hex[:8]}"

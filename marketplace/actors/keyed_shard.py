@@ -25,17 +25,15 @@ from typing import Any, TypeVar
 import asyncpg
 
 from marketplace.actors.options import ActorSpec
-from marketplace.actors.restarts import note_restart
 from marketplace.actors.runtime import (
     RESTART_RETRY_DELAYS,
     ActorRestarting,
     ActorRuntime,
     stable_shard,
 )
+from marketplace.actors.startup import start_actor
 from marketplace.chain.rpc import JsonRpcClient
-from marketplace.config import Settings
 from marketplace.errors import MarketplaceError, ServiceUnavailable
-from marketplace.interpreter import freeze_start_up_heap, pin_recursion_limit
 from marketplace.metrics import SHARD_COMMAND_LATENCY, SHARD_COMMANDS
 from marketplace.shards import KeyedLocks, ShardCommand, ShardContext, ShardFamily
 from marketplace.storage.pool import create_pool
@@ -63,9 +61,7 @@ class KeyedShard:
     """
 
     def __init__(self, settings: dict[str, Any], family: ShardFamily, shard_index: int) -> None:
-        pin_recursion_limit()
-        freeze_start_up_heap()
-        self.settings = Settings(**settings)
+        self.settings = start_actor(f"{ShardFamily(family).value}-shard", settings)
         self.database_url: str = settings["database_url"]
         self.family = ShardFamily(family)
         self.shard_count = self.family.shard_count(self.settings)
@@ -74,7 +70,6 @@ class KeyedShard:
         self._pool_lock = asyncio.Lock()
         self._key_locks = KeyedLocks()
         self._context: ShardContext | None = None
-        note_restart(f"{self.family.value}-shard", self.settings.redis_url)
 
     async def context(self) -> ShardContext:
         if self._context is None:

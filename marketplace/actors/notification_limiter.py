@@ -31,10 +31,8 @@ from typing import Any
 import asyncpg
 
 from marketplace.actors.options import ActorSpec
-from marketplace.actors.restarts import note_restart
 from marketplace.actors.runtime import ActorRuntime
-from marketplace.config import Settings
-from marketplace.interpreter import freeze_start_up_heap, pin_recursion_limit
+from marketplace.actors.startup import start_actor
 from marketplace.notifications.rate_limit import LimitRequest, WindowLimiter
 from marketplace.storage.pool import create_pool
 from marketplace.storage.repositories import notification_deliveries as repo
@@ -46,11 +44,8 @@ FORGET_INTERVAL_SECONDS = 300.0
 
 class NotificationLimiterActor:
     def __init__(self, settings: dict[str, Any]) -> None:
-        pin_recursion_limit()
-        freeze_start_up_heap()
-        self.settings = Settings(**settings)
+        self.settings = start_actor("notification-limiter", settings)
         self.database_url: str = settings["database_url"]
-        note_restart("notification-limiter", self.settings.redis_url)
         self._pool: asyncpg.Pool | None = None
         self._pool_lock = asyncio.Lock()
         self.limiter = WindowLimiter(self._load)
