@@ -122,24 +122,27 @@ class GroupCommit(Generic[T, R]):
             results = await self._write([item for item, _ in batch])
         except Exception as exc:
             if len(batch) == 1:
-                _settle(batch[0][1], exc)
+                settle(batch[0][1], exc)
                 return
             for item, future in batch:
                 try:
                     (result,) = await self._write([item])
                 except Exception as single:
-                    _settle(future, single)
+                    settle(future, single)
                 else:
-                    _settle(future, result)
+                    settle(future, result)
             return
         for (_, future), result in zip(batch, results, strict=True):
-            _settle(future, result)
+            settle(future, result)
 
 
-def _settle(future: asyncio.Future[Any], outcome: object) -> None:
+def settle(future: asyncio.Future[Any], outcome: object, *, failed: bool | None = None) -> None:
+    """Give a waiting caller its command's outcome, once (a settled future is left alone).
+    ``failed`` says whether ``outcome`` is the error; None: it is when it is an exception."""
     if future.done():
         return
-    if isinstance(outcome, BaseException):
+    if failed if failed is not None else isinstance(outcome, BaseException):
+        assert isinstance(outcome, BaseException)
         future.set_exception(outcome)
     else:
         future.set_result(outcome)

@@ -35,7 +35,7 @@ from marketplace.actors.startup import start_actor
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.errors import MarketplaceError, ServiceUnavailable
 from marketplace.metrics import SHARD_COMMAND_LATENCY, SHARD_COMMANDS
-from marketplace.shards import KeyedLocks, ShardCommand, ShardContext, ShardFamily
+from marketplace.shards import KeyedLocks, ShardCommand, ShardContext, ShardFamily, settle
 from marketplace.storage.pool import create_pool
 
 log = logging.getLogger(__name__)
@@ -175,15 +175,6 @@ class _ShardQueue:
     @property
     def in_flight(self) -> int:
         return len(self.sent_at)
-
-
-def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    if future.done():
-        return
-    if ok:
-        future.set_result(value)
-    else:
-        future.set_exception(value)
 
 
 def _consume_outcome(future: asyncio.Future[Any]) -> None:
@@ -330,18 +321,22 @@ class KeyedShards:
             if len(batch) == 1:
                 ((command, future),) = batch
                 try:
-                    _settle(future, True, await self.runtime.call(name, handle, "execute", command))
+                    settle(
+                        future,
+                        await self.runtime.call(name, handle, "execute", command),
+                        failed=False,
+                    )
                 except Exception as exc:
-                    _settle(future, False, exc)
+                    settle(future, exc, failed=True)
                 return
             outcomes = await self.runtime.call(
                 name, handle, "execute_batch", [command for command, _ in batch]
             )
             for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
-                _settle(future, ok, value)
+                settle(future, value, failed=not ok)
         except Exception as exc:  # the call itself failed: every command of it did
             for _, future in batch:
-                _settle(future, False, exc)
+                settle(future, exc, failed=True)
         finally:
             queue.sent_at.remove(sent_at)
             self._pump(index, queue)
