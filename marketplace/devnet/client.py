@@ -60,7 +60,10 @@ class DevnetNotRunning(DevnetError):
     """No reachable devnet for the given data dir / RPC URL."""
 
 
-class RpcError(DevnetError):
+class DevnetRpcError(DevnetError):
+    """A JSON-RPC error answer to a devnet command (the service's own client raises
+    :class:`marketplace.chain.rpc.RpcError`)."""
+
     def __init__(self, method: str, error: dict[str, Any]) -> None:
         super().__init__(f"{method}: {error.get('message')}")
         self.method = method
@@ -160,7 +163,7 @@ class RawRpc:
             {"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": list(params)}
         )
         if "error" in reply:
-            raise RpcError(method, reply["error"])
+            raise DevnetRpcError(method, reply["error"])
         return reply.get("result")
 
     def batch_raw(
@@ -184,11 +187,11 @@ class RawRpc:
         return out
 
     def batch(self, calls: Sequence[tuple[str, Sequence[Any]]], *, chunk: int = 250) -> list[Any]:
-        """Results of ``calls`` in order; the first error raises :class:`RpcError`."""
+        """Results of ``calls`` in order; the first error raises :class:`DevnetRpcError`."""
         results = []
         for (method, _), reply in zip(calls, self.batch_raw(calls, chunk=chunk), strict=True):
             if "error" in reply:
-                raise RpcError(method, reply["error"])
+                raise DevnetRpcError(method, reply["error"])
             results.append(reply.get("result"))
         return results
 
@@ -236,7 +239,7 @@ def decode_revert(data: str | bytes | None) -> tuple[str, tuple[Any, ...]] | Non
     )
 
 
-def revert_data_of(error: RpcError) -> str | None:
+def revert_data_of(error: DevnetRpcError) -> str | None:
     data = error.data
     if isinstance(data, dict):  # some nodes nest it
         data = data.get("data")
@@ -496,7 +499,7 @@ class DevnetClient:
     def automine(self) -> bool | None:
         try:
             return bool(self.rpc.call("anvil_getAutomine"))
-        except RpcError:
+        except DevnetRpcError:
             return None
 
     def transact(
@@ -514,7 +517,7 @@ class DevnetClient:
         tx = {"from": sender, "to": to, "data": fn.encode_call(*args)}
         try:
             gas = int(self.rpc.call("eth_estimateGas", [tx]), 16)
-        except RpcError as exc:
+        except DevnetRpcError as exc:
             raise TransactionFailed(
                 action, decode_revert(revert_data_of(exc)), detail=str(exc)
             ) from None

@@ -63,7 +63,7 @@ from marketplace.devnet.client import (
     USDC,
     DevnetClient,
     DevnetError,
-    RpcError,
+    DevnetRpcError,
     decode_revert,
     revert_data_of,
 )
@@ -598,7 +598,7 @@ class Seeder:
         started = time.perf_counter()
         try:
             automine = bool(self.rpc.call("anvil_getAutomine"))
-        except RpcError as exc:
+        except DevnetRpcError as exc:
             raise SeedError(f"seed needs an anvil devnet ({exc})") from exc
         head = self.client.head()
         gas_limit = int(self.rpc.call("eth_getBlockByNumber", ["latest", False])["gasLimit"], 16)
@@ -805,7 +805,7 @@ class Seeder:
         if gas is None:
             try:
                 estimate = int(self.rpc.call("eth_estimateGas", [tx]), 16)
-            except RpcError as exc:
+            except DevnetRpcError as exc:
                 error = decode_revert(revert_data_of(exc))
                 reason = f"{error[0]}{error[1]}" if error else str(exc)
                 where = f"project #{plan.index} ({plan.scenario.name})" if plan else "setup"
