@@ -29,9 +29,8 @@ def freeze_start_up_heap() -> None:
     Called once a long-lived process has started (``marketplace serve`` after the app's start-up,
     each actor at the end of its ``__init__``): the modules, models, schemas and routes loaded by
     then (hundreds of thousands of objects: Ray, web3, pydantic) live as long as the process, yet
-    every full collection walked all of them, a pause taken by whichever request was running.
-    Measured with ``bench/messaging.py`` (chat sends at c=32, alternating runs): p99 110-112 ms
-    without, 90-105 ms with.
+    every full collection walked all of them, a pause taken by whichever request was running
+    (bench/README.md, "Messaging", has the p99 with and without).
     Not for a process that builds many apps (tests): what is frozen is never collected.
     """
     gc.freeze()

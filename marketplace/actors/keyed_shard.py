@@ -154,9 +154,8 @@ class KeyedShard:
 # scheduling, the actor's thread hops) is paid once per batch. A lone command goes at once, alone.
 # A call that is slow (a claim's chain lookups, a key waiting for its lock) would hold up every
 # command behind it, so once every call in flight has been out for ``SLOW_CALL_SECONDS``
-# another one goes, up to ``MAX_CALLS_IN_FLIGHT_PER_SHARD``. bench/messaging.py, chat sends at
-# c=32 with 2 project shards: one call at a time 850-943 sends/s at p99 57-66 ms, always two
-# 740-744 sends/s at p99 78-82 ms (the shards' CPU per send 411 against 572 us).
+# another one goes, up to ``MAX_CALLS_IN_FLIGHT_PER_SHARD``. One call at a time carried more
+# sends per second at a lower p99 than two (bench/README.md, "Messaging", has the figures).
 MAX_CALLS_IN_FLIGHT_PER_SHARD = 4
 SLOW_CALL_SECONDS = 0.05
 MAX_COMMANDS_PER_CALL = 64

@@ -259,7 +259,7 @@ class ActorRuntime:
 
     def actor_settings(self) -> dict[str, Any]:
         # Built once: every shard call looks its handle up with these arguments, and a full
-        # settings dump per call was about 2 % of the frontend's CPU per chat send (py-spy).
+        # settings dump per call showed in the frontend's CPU profile of chat sends.
         if self._actor_settings is None:
             self._actor_settings = settings_for_actor(self.settings, database_url=self.database_url)
         return dict(self._actor_settings)

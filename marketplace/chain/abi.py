@@ -5,7 +5,7 @@ logs and state structs per second, so it works on raw JSON-RPC payloads with the
 
 Decoding slices the 32-byte words directly for the types the marketplace ABI uses (uint, int,
 bool, address, bytesN, tuples, arrays of static types): eth_abi plus an EIP-55 checksum per
-address cost about half a millisecond per ``getProjectState``, most of a backfill's time. Anything
+address were most of a backfill's time (bench/README.md, "Indexer backfill"). Anything
 else (strings, dynamic bytes, fixed-size arrays, arrays of dynamic types) falls back to eth_abi.
 Addresses come out checksummed unless the caller asks for lower case (``checksum_addresses``),
 which is what the read models store.

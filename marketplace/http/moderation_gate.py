@@ -29,8 +29,8 @@ from marketplace.moderation.reads import suspended_until
 from marketplace.moderation.terms import TermFilter
 from marketplace.ttl_cache import TtlCache
 
-# How long a frontend trusts "not suspended" without asking again (the guard's query was 14 % of
-# a chat send's frontend CPU in bench/messaging.py). Only that answer is kept: a lifted
+# How long a frontend trusts "not suspended" without asking again (the guard's query was a large
+# share of a chat send's frontend CPU in bench/messaging.py). Only that answer is kept: a lifted
 # suspension is seen at once.
 NOT_SUSPENDED_TTL_SECONDS = 2.0
 NOT_SUSPENDED_CACHE_SIZE = 100_000

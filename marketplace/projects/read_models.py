@@ -87,8 +87,8 @@ def effective_status(row: Row, now: int) -> ProjectStatus:
 #
 # Rows come from our own tables, whose CHECK constraints and the indexer already guarantee the
 # formats (lower-case hex addresses and hashes, enums), so the models are built with
-# ``model_construct`` instead of being validated field by field: validating a page of 20 projects
-# cost about 2 ms, most of it re-checksumming the same addresses (about 20 us each). The
+# ``model_construct`` instead of being validated field by field: validation spent most of a page's
+# mapping time re-checksumming the same addresses (bench/README.md, "Read throughput"). The
 # conversions validation would have done are done here: EIP-55 checksums (memoised), USDC and
 # Unix values as decimal strings. The API tests validate every response body against these
 # models, so a mapping slip still fails loudly there.
