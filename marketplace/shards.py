@@ -1,7 +1,7 @@
 """What a single-writer shard command is and sees, independent of Ray.
 
-State that needs one writer per key (a project's records and claim today, a user's moderation
-state next) is mutated by *shard commands*: small frozen dataclasses of plain data, defined in
+State that needs one writer per key (a project's claim, records and chat; a user's moderation
+state) is mutated by *shard commands*: small frozen dataclasses of plain data, defined in
 their domain module, each naming the key it mutates and applying itself against a
 :class:`ShardContext`. A shard actor (``marketplace.actors.keyed_shard``) runs ``command.apply``
 under the key's lock. Commands cross the Ray boundary by pickle, so they hold only picklable
