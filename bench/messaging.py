@@ -385,7 +385,7 @@ def process_tree(root: int) -> list[int]:
 def is_shard(pid: int) -> bool:
     """A shard actor's process (Ray sets the process title to ``ray::<class>``)."""
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::KeyedShard")
+        return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::ShardActor")
     except OSError:
         return False
 

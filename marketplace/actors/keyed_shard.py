@@ -7,10 +7,10 @@ fixed number of shard actors per *family* (:class:`~marketplace.shards.ShardFami
 lock, so each key has exactly one writer at a time while different keys proceed concurrently.
 
 A command is a frozen dataclass defined in its domain module (see :mod:`marketplace.shards`);
-the frontend's :class:`KeyedShards` sends it to the shard owning its key (Ray pickles it, with
+the frontend's :class:`ShardRouter` sends it to the shard owning its key (Ray pickles it, with
 its class by reference, so the actor imports the domain module on first use) and the shard runs
 ``command.apply(ctx)`` under the key's lock. A new capability therefore adds commands without
-touching this file. :class:`KeyedShard` is plain Python: tests use it without Ray.
+touching this file. :class:`ShardActor` is plain Python: tests use it without Ray.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class ShardMisrouted(ServiceUnavailable):
     default_message = "the write reached the wrong shard (a configuration change is under way)"
 
 
-class KeyedShard:
+class ShardActor:
     """The single writer of every key of one family that hashes to ``shard_index``.
 
     Fault contract: Postgres is the source of truth. A command is acknowledged only after its
@@ -197,10 +197,10 @@ def command_outcome(future: asyncio.Future[Any]) -> str:
 
 
 def shard_spec(index: int, family: ShardFamily = ShardFamily.PROJECT) -> ActorSpec:
-    return ActorSpec(name=family.actor_name(index), cls=KeyedShard, max_concurrency=256)
+    return ActorSpec(name=family.actor_name(index), cls=ShardActor, max_concurrency=256)
 
 
-class KeyedShards:
+class ShardRouter:
     """Frontend-side router of one family: key -> the shard actor owning it.
 
     Shard actors are created on first use (or all at once by :meth:`warm`); every frontend finds

@@ -46,7 +46,7 @@ PROBE_FAILURES_BEFORE_RECONNECT = 3
 RECONNECT_BACKOFF_SECONDS = (1.0, 30.0)
 RECONNECT_RETRY_AFTER_SECONDS = 5
 RECONNECTING = "the actor runtime is reconnecting; retry shortly"
-# Pauses between the attempts of ``KeyedShards.run_idempotent`` after the shard died or was
+# Pauses between the attempts of ``ShardRouter.run_idempotent`` after the shard died or was
 # unreachable mid-call. Ray restarts a killed actor in about 0.5-1.5 s; together these wait about
 # 5 s, which leaves room for a slow restart on a loaded machine before the caller gets its 503.
 RESTART_RETRY_DELAYS = (0.1, 0.2, 0.4, 0.8, 1.6, 2.0)

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from marketplace.actors.keyed_shard import KeyedShards
+from marketplace.actors.keyed_shard import ShardRouter
 from marketplace.actors.runtime import ActorRuntime
 from marketplace.aio import cancel_and_wait
 from marketplace.auth import NoApiKeys, SessionVerifier
@@ -93,10 +93,10 @@ async def _ray(app: web.Application) -> AsyncIterator[None]:
     runtime = ActorRuntime(app[keys.SETTINGS], database_url=app[keys.SETTINGS].database_url)
     await runtime.connect_async()
     app[keys.ACTORS] = runtime
-    app[keys.PROJECT_SHARDS] = KeyedShards(runtime, ShardFamily.PROJECT)
+    app[keys.PROJECT_SHARDS] = ShardRouter(runtime, ShardFamily.PROJECT)
     app[keys.PROJECT_SHARDS].warm()
     # User shards start on first use: until moderation writes, none is needed.
-    app[keys.USER_SHARDS] = KeyedShards(runtime, ShardFamily.USER)
+    app[keys.USER_SHARDS] = ShardRouter(runtime, ShardFamily.USER)
     # A lost Ray runtime degrades actor-backed routes to 503 while this reconnects; reads from
     # Postgres never wait for it.
     supervisor = asyncio.create_task(runtime.supervise())

@@ -25,7 +25,7 @@ from marketplace.verifier.execution import ExecutorReports
 
 if TYPE_CHECKING:
     from marketplace.actors.job_worker import JobWorkers
-    from marketplace.actors.keyed_shard import KeyedShards
+    from marketplace.actors.keyed_shard import ShardRouter
     from marketplace.actors.runtime import ActorRuntime
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings", Settings)
@@ -34,8 +34,8 @@ REDIS_URL: web.AppKey[str] = web.AppKey("redis_url", str)
 PG_POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pg_pool", asyncpg.Pool)
 REDIS: web.AppKey[aioredis.Redis] = web.AppKey("redis", aioredis.Redis)
 ACTORS: web.AppKey[ActorRuntime] = web.AppKey("actors")
-PROJECT_SHARDS: web.AppKey[KeyedShards] = web.AppKey("project_shards")
-USER_SHARDS: web.AppKey[KeyedShards] = web.AppKey("user_shards")
+PROJECT_SHARDS: web.AppKey[ShardRouter] = web.AppKey("project_shards")
+USER_SHARDS: web.AppKey[ShardRouter] = web.AppKey("user_shards")
 # The offensive-term filter of this process, built once at startup (see moderation_gate).
 TERM_FILTER: web.AppKey[TermFilter] = web.AppKey("term_filter", TermFilter)
 # The queues whose workers this frontend starts (declared by capabilities; tests swap it).

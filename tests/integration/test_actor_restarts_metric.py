@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import ray
 
-from marketplace.actors.keyed_shard import KeyedShard, shard_spec
+from marketplace.actors.keyed_shard import ShardActor, shard_spec
 from marketplace.actors.notification_limiter import ACTOR_NAME, RemoteLimiter
 from marketplace.actors.restarts import note_restart
 from marketplace.actors.runtime import settings_for_actor
@@ -89,5 +89,5 @@ async def test_a_killed_notification_limiter_counts_its_restart(client: Any) -> 
 def test_outside_an_actor_nothing_is_counted(settings: Settings, ray_cluster: None) -> None:
     # The driver (this test process) is no actor: the classes work as plain Python.
     assert note_restart("project-shard", settings.redis_url) is None
-    shard = KeyedShard(settings_for_actor(settings), ShardFamily.PROJECT, 0)
+    shard = ShardActor(settings_for_actor(settings), ShardFamily.PROJECT, 0)
     assert shard.shard_index == 0

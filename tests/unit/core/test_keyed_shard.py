@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import pytest
 
-from marketplace.actors.keyed_shard import KeyedShard, KeyedShards, ShardMisrouted, shard_spec
+from marketplace.actors.keyed_shard import ShardActor, ShardMisrouted, ShardRouter, shard_spec
 from marketplace.actors.runtime import ActorRuntime, settings_for_actor, stable_shard
 from marketplace.config import Settings
 from marketplace.errors import ServiceUnavailable
@@ -79,15 +79,15 @@ def gate(name: str) -> asyncio.Event:
 
 
 @pytest.fixture
-async def single_shard(servers: Servers) -> AsyncIterator[KeyedShard]:
+async def single_shard(servers: Servers) -> AsyncIterator[ShardActor]:
     # One shard owns every key, so any two keys can meet on it.
-    shard = KeyedShard(actor_settings(servers, project_shards=1), ShardFamily.PROJECT, 0)
+    shard = ShardActor(actor_settings(servers, project_shards=1), ShardFamily.PROJECT, 0)
     yield shard
     await shard.close()
 
 
 async def test_one_key_has_one_writer_and_other_keys_are_not_blocked(
-    single_shard: KeyedShard,
+    single_shard: ShardActor,
 ) -> None:
     release = gate("first")
     first = asyncio.create_task(single_shard.execute(Step("0xaa", "first")))
@@ -105,7 +105,7 @@ async def test_one_key_has_one_writer_and_other_keys_are_not_blocked(
     assert single_shard.held_keys == 0
 
 
-async def test_idle_key_locks_are_evicted(single_shard: KeyedShard) -> None:
+async def test_idle_key_locks_are_evicted(single_shard: ShardActor) -> None:
     await asyncio.gather(*(single_shard.execute(Step(f"0x{i:040x}", f"s{i}")) for i in range(300)))
     assert len(trace) == 600
     assert single_shard.held_keys == 0
@@ -119,7 +119,7 @@ async def test_idle_key_locks_are_evicted(single_shard: KeyedShard) -> None:
 
 
 async def test_a_shard_refuses_commands_for_keys_it_does_not_own(servers: Servers) -> None:
-    shard = KeyedShard(actor_settings(servers, project_shards=2), ShardFamily.PROJECT, 0)
+    shard = ShardActor(actor_settings(servers, project_shards=2), ShardFamily.PROJECT, 0)
     try:
         owned = next(f"0x{i:040x}" for i in range(100) if stable_shard(f"0x{i:040x}", 2) == 0)
         foreign = next(f"0x{i:040x}" for i in range(100) if stable_shard(f"0x{i:040x}", 2) == 1)
@@ -140,7 +140,7 @@ async def test_a_shard_refuses_commands_for_keys_it_does_not_own(servers: Server
 async def test_user_shards_run_user_commands(servers: Servers) -> None:
     settings = actor_settings(servers, user_shards=3)
     user = uuid.uuid4()
-    shard = KeyedShard(settings, ShardFamily.USER, stable_shard(str(user), 3))
+    shard = ShardActor(settings, ShardFamily.USER, stable_shard(str(user), 3))
     try:
         assert shard.shard_count == 3
         assert await shard.execute(UserStep(user)) == str(user)
@@ -149,7 +149,7 @@ async def test_user_shards_run_user_commands(servers: Servers) -> None:
         await shard.close()
 
 
-async def test_domain_errors_leave_the_shard_unchanged(single_shard: KeyedShard) -> None:
+async def test_domain_errors_leave_the_shard_unchanged(single_shard: ShardActor) -> None:
     # A real domain command: a caller without wallet links cannot write a draft. The error is
     # the domain's own (the error middleware maps it), not wrapped by the shard.
     command = UpsertBidDraft(
@@ -167,9 +167,9 @@ async def test_domain_errors_leave_the_shard_unchanged(single_shard: KeyedShard)
     assert await single_shard.execute(Step(command.project_address, "after")) == (0, 42)
 
 
-def router(settings: Settings, family: ShardFamily) -> KeyedShards:
+def router(settings: Settings, family: ShardFamily) -> ShardRouter:
     # The runtime is never connected: mapping keys to shards needs no Ray.
-    return KeyedShards(ActorRuntime(settings, database_url=settings.database_url), family)
+    return ShardRouter(ActorRuntime(settings, database_url=settings.database_url), family)
 
 
 def test_router_maps_keys_to_named_shards_stably(servers: Servers) -> None:
@@ -182,7 +182,7 @@ def test_router_maps_keys_to_named_shards_stably(servers: Servers) -> None:
     checksummed = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
     assert projects.spec_for(checksummed) == projects.spec_for(checksummed.lower())
     spec = projects.spec_for(keys[2])
-    assert spec == shard_spec(3) and spec.cls is KeyedShard
+    assert spec == shard_spec(3) and spec.cls is ShardActor
     assert spec.ray_options("ns")["max_task_retries"] == 0  # writes are not retried by Ray
 
     users = router(make_settings(servers, project_shards=4, user_shards=3), ShardFamily.USER)
@@ -204,7 +204,7 @@ class Broken(ProjectCommand):
         raise RuntimeError("a bug, not a refusal")
 
 
-async def test_a_batch_answers_each_command_on_its_own(single_shard: KeyedShard) -> None:
+async def test_a_batch_answers_each_command_on_its_own(single_shard: ShardActor) -> None:
     refused = UpsertBidDraft(
         project_address="0x" + "ab" * 20,
         user_id=uuid.uuid4(),

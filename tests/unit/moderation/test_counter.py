@@ -15,7 +15,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from marketplace.actors.keyed_shard import KeyedShard
+from marketplace.actors.keyed_shard import ShardActor
 from marketplace.actors.runtime import settings_for_actor, stable_shard
 from marketplace.config import Settings
 from marketplace.moderation.counter import (
@@ -273,7 +273,7 @@ async def test_one_user_has_one_writer_even_from_two_processes(
     exact, so exactly the threshold is recorded and the rest is refused."""
     user = await new_user(pool)
     data = settings_for_actor(settings, database_url=servers.database_url)
-    shards = [KeyedShard(data, ShardFamily.USER, 0) for _ in range(2)]
+    shards = [ShardActor(data, ShardFamily.USER, 0) for _ in range(2)]
     try:
         commands = [offense(user) for _ in range(12)]
         outcomes = await asyncio.gather(
