@@ -198,23 +198,39 @@ def _observe(method: str, template: str, status: int, elapsed: float) -> None:
     histogram.observe(elapsed)
 
 
+def domain_error_response(
+    request: web.Request, exc: MarketplaceError, request_id: str | None
+) -> web.Response:
+    """A domain error as the API answers it (the verifier runtime answers the same way)."""
+    if exc.status >= 500:
+        log.warning("request failed: %s", exc.message, extra={"error": exc.code})
+    response = error_response(exc, request_id)
+    if request.content.exception() is not None:
+        # The body could not be decoded: this connection cannot carry another request.
+        response.force_close()
+    return response
+
+
+def http_error_response(exc: web.HTTPException, request_id: str | None) -> web.Response:
+    """aiohttp's own refusal (404, 405, 413...) as our JSON; a 405 keeps its ``Allow``."""
+    response = error_response(_from_http_exception(exc), request_id)
+    if "Allow" in exc.headers:
+        # A 405 must say what is allowed (RFC 9110 15.5.6).
+        response.headers["Allow"] = exc.headers["Allow"]
+    return response
+
+
 async def _json_errors(
     request: web.Request, handler: Handler, request_id: str
 ) -> web.StreamResponse:
     try:
         return await _handle(request, handler)
     except MarketplaceError as exc:
-        if exc.status >= 500:
-            log.warning("request failed: %s", exc.message, extra={"error": exc.code})
-        response = error_response(exc, request_id)
-        if request.content.exception() is not None:
-            # The body could not be decoded: this connection cannot carry another request.
-            response.force_close()
-        return response
+        return domain_error_response(request, exc, request_id)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return error_response(_from_http_exception(exc), request_id)
+        return http_error_response(exc, request_id)
     except _DEPENDENCY_ERRORS as exc:
         log.warning("dependency unavailable: %r", exc)
         return error_response(ServiceUnavailable(), request_id)

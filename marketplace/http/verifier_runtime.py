@@ -40,7 +40,11 @@ from marketplace.errors import (
     ServiceUnavailable,
     Unauthorized,
 )
-from marketplace.http.middlewares import _from_http_exception, error_response
+from marketplace.http.middlewares import (
+    domain_error_response,
+    error_response,
+    http_error_response,
+)
 from marketplace.http.ratelimit import RateLimiter
 from marketplace.logs import configure_logging
 from marketplace.redis_client import Redis
@@ -90,21 +94,11 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
     try:
         return await handler(request)
     except MarketplaceError as exc:
-        if exc.status >= 500:
-            log.warning("verify request failed: %s", exc.message, extra={"error": exc.code})
-        response = error_response(exc, None)
-        if request.content.exception() is not None:
-            # The body could not be decoded: this connection cannot carry another request.
-            response.force_close()
-        return response
+        return domain_error_response(request, exc, None)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        response = error_response(_from_http_exception(exc), None)
-        if "Allow" in exc.headers:
-            # A 405 must say what is allowed (RFC 9110 15.5.6).
-            response.headers["Allow"] = exc.headers["Allow"]
-        return response
+        return http_error_response(exc, None)
     except asyncio.CancelledError:
         raise
     except Exception:
