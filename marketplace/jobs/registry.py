@@ -124,11 +124,12 @@ class QueueSpec:
     # Worker actors for this queue; None: ``jobs_workers_per_queue``. ``jobs_workers``
     # (per queue, from the environment) overrides both.
     workers: int | None = None
-    # Names of settings that hold this queue's worker count and attempt timeout (a queue whose
-    # sizing is its own setting, such as MARKETPLACE_VERIFIER_POOL_SIZE); they win over
+    # Where this queue's worker count and attempt timeout come from when they are settings of
+    # their own (MARKETPLACE_VERIFIER_POOL_SIZE, for instance): typed accessors of Settings,
+    # module-level functions (the spec crosses to the worker actors by pickle). They win over
     # ``workers`` and ``timeout_seconds``, and ``jobs_workers`` wins over them.
-    workers_setting: str | None = None
-    timeout_setting: str | None = None
+    workers_from: Callable[[Settings], int] | None = None
+    timeout_from: Callable[[Settings], float] | None = None
 
     def __post_init__(self) -> None:
         check_queue_name(self.name)
@@ -139,16 +140,16 @@ class QueueSpec:
     def worker_count(self, settings: Settings) -> int:
         if self.name in settings.jobs_workers:
             return settings.jobs_workers[self.name]
-        if self.workers_setting is not None:
-            return int(getattr(settings, self.workers_setting))
+        if self.workers_from is not None:
+            return self.workers_from(settings)
         return self.workers if self.workers is not None else settings.jobs_workers_per_queue
 
     def effective_concurrency(self, settings: Settings) -> int:
         return self.concurrency or settings.jobs_concurrency
 
     def effective_timeout(self, settings: Settings) -> float:
-        if self.timeout_setting is not None:
-            return float(getattr(settings, self.timeout_setting))
+        if self.timeout_from is not None:
+            return self.timeout_from(settings)
         return self.timeout_seconds or settings.jobs_timeout_seconds
 
 

@@ -213,11 +213,19 @@ async def run_verifier_job(ctx: JobContext) -> None:
         )
 
 
+def pool_size(settings: Settings) -> int:
+    return settings.verifier_pool_size
+
+
+def attempt_timeout(settings: Settings) -> float:
+    return settings.verifier_job_timeout_seconds
+
+
 # One attempt per actor at a time; the pool's size and the attempt's timeout are settings.
 VERIFIER_QUEUE = QueueSpec(
     "verifier",
     run_verifier_job,
     concurrency=1,
-    workers_setting="verifier_pool_size",
-    timeout_setting="verifier_job_timeout_seconds",
+    workers_from=pool_size,
+    timeout_from=attempt_timeout,
 )
