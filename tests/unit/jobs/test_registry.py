@@ -10,6 +10,7 @@ from marketplace.jobs import JobContext
 from marketplace.jobs.model import Backoff
 from marketplace.jobs.registry import JobRegistry, QueueSpec
 from marketplace.jobs.worker import WorkerConfig
+from marketplace.verifier.execution import attempt_timeout, pool_size
 
 
 async def handle(ctx: JobContext) -> None:
@@ -51,6 +52,13 @@ def test_worker_count_precedence() -> None:
     assert QueueSpec("other", handle).worker_count(settings) == 3
     assert QueueSpec("own", handle, workers=1).worker_count(settings) == 1
     assert QueueSpec("mail", handle, workers=1).worker_count(settings) == 5
+    # A queue sized by a setting of its own: its accessor wins over `workers`, not over
+    # jobs_workers.
+    sized = Settings(verifier_pool_size=7, jobs_workers={"mail": 5})
+    assert QueueSpec("own", handle, workers=1, workers_from=pool_size).worker_count(sized) == 7
+    assert QueueSpec("mail", handle, workers_from=pool_size).worker_count(sized) == 5
+    timed = QueueSpec("own", handle, timeout_seconds=9.0, timeout_from=attempt_timeout)
+    assert timed.effective_timeout(sized) == sized.verifier_job_timeout_seconds
 
 
 def test_jobs_workers_setting_is_bounded() -> None:
