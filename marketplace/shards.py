@@ -55,21 +55,30 @@ class ShardContext:
     settings: Settings
     chain: JsonRpcClient | None
     shard_index: int
-    groups: dict[str, GroupCommit[Any, Any]] = field(default_factory=dict)
+    groups: dict[GroupKind[Any, Any], GroupCommit[Any, Any]] = field(default_factory=dict)
 
     def group_commit(
-        self, name: str, write: Callable[[list[T]], Awaitable[Sequence[R]]]
+        self, kind: GroupKind[T, R], write: Callable[[list[T]], Awaitable[Sequence[R]]]
     ) -> GroupCommit[T, R]:
-        """The shard's :class:`GroupCommit` called ``name`` (made with ``write`` on first use)."""
-        group = self.groups.get(name)
+        """The shard's :class:`GroupCommit` of ``kind`` (made with ``write`` on first use)."""
+        group = self.groups.get(kind)
         if group is None:
-            group = self.groups[name] = GroupCommit(write)
+            group = self.groups[kind] = GroupCommit(write)
         return group
 
 
 R_co = TypeVar("R_co", covariant=True)
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+@dataclass(frozen=True, eq=False)
+class GroupKind(Generic[T, R]):
+    """One kind of coalesced write in a shard (its items ``T``, its results ``R``): a module-level
+    constant of the domain that writes it, so a shard's groups are keyed by an object mypy
+    checks, not by a string. Compared by identity."""
+
+    name: str
 
 
 class GroupCommit(Generic[T, R]):

@@ -28,7 +28,7 @@ from marketplace.records.access import (
     require_linked,
 )
 from marketplace.records.errors import NotProjectParty, ProjectNotFound
-from marketplace.shards import ProjectCommand, ShardContext
+from marketplace.shards import GroupKind, ProjectCommand, ShardContext
 from marketplace.storage.pool import Conn
 from marketplace.storage.repositories import messages as repo
 
@@ -92,6 +92,12 @@ async def read_send_facts(
         return await callers_and_visible_projects(conn, pairs)
 
 
+# The shard's coalesced reads of send facts and writes of chat messages.
+SendFacts = tuple[frozenset[str], ProjectParties | ProjectNotFound]
+SEND_FACTS: GroupKind[tuple[uuid.UUID, str], SendFacts] = GroupKind("chat-send-facts")
+CHAT_MESSAGES: GroupKind[repo.NewChatMessage, StoredMessage] = GroupKind("chat-messages")
+
+
 async def store_chat_messages(
     pool: asyncpg.Pool, messages: list[repo.NewChatMessage]
 ) -> list[StoredMessage]:
@@ -126,12 +132,12 @@ class PostChatMessage(ProjectCommand):
     body: str
 
     async def apply(self, ctx: ShardContext) -> StoredMessage:
-        reader = ctx.group_commit("chat-facts", functools.partial(read_send_facts, ctx.pool))
+        reader = ctx.group_commit(SEND_FACTS, functools.partial(read_send_facts, ctx.pool))
         wallets, project = await reader.submit((self.user_id, self.project_address))
         if isinstance(project, ProjectNotFound):
             raise project
         check_send(wallets, project, self.sender_wallet)
-        writer = ctx.group_commit("chat", functools.partial(store_chat_messages, ctx.pool))
+        writer = ctx.group_commit(CHAT_MESSAGES, functools.partial(store_chat_messages, ctx.pool))
         return await writer.submit(
             repo.NewChatMessage(
                 message_id=self.message_id,
