@@ -14,9 +14,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from marketplace.config.mail import SmtpTarget, check_mail_from, parse_smtp_url
 from marketplace.moderation.terms import load_terms_file
-from marketplace.notifications.email import check_mail_from
-from marketplace.notifications.mailer import SmtpTarget, parse_smtp_url
 from marketplace.notifications.rate_limit import DEFAULT_RATE, NotificationRates
 
 

@@ -13,21 +13,20 @@ import base64
 import email.policy
 import functools
 import html
-import re
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email import quoprimime
-from email.headerregistry import Address
 from email.message import EmailMessage
 from email.utils import format_datetime, getaddresses, make_msgid
 from urllib.parse import urlsplit
+
+from marketplace.config.mail import CONTROL, check_address, check_mail_from
 
 MAX_SUBJECT_CHARS = 300
 MAX_URL_CHARS = 900  # a header line stays within RFC 5322's 998 characters
 ELLIPSIS = "…"
 # C0 and C1 controls, DEL, and the Unicode line and paragraph separators.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,7 @@ class EmailContent:
 def one_line(text: str, limit: int) -> str:
     """``text`` as a single line without control characters, cut to ``limit`` characters
     (the last one an ellipsis when cut)."""
-    line = " ".join(_CONTROL.sub(" ", text).split())
+    line = " ".join(CONTROL.sub(" ", text).split())
     if len(line) > limit:
         line = line[: max(limit - 1, 0)].rstrip() + ELLIPSIS
     return line
@@ -66,7 +65,7 @@ def make_preview(body: str, chars: int) -> str | None:
     cut; None when previews are off (``chars`` 0) or the body is blank."""
     if chars <= 0:
         return None
-    line = " ".join(_CONTROL.sub(" ", body).split())
+    line = " ".join(CONTROL.sub(" ", body).split())
     if not line:
         return None
     return line if len(line) <= chars else line[:chars].rstrip() + ELLIPSIS
@@ -83,41 +82,13 @@ def check_url(url: str) -> str:
         or not parts.netloc
         or len(url) > MAX_URL_CHARS
         or any(c in url for c in " <>\"'\\`")
-        or _CONTROL.search(url)
+        or CONTROL.search(url)
     ):
         raise ValueError(f"not an absolute http(s) URL usable in an e-mail: {url[:100]!r}")
     return url
 
 
 @functools.lru_cache(maxsize=4096)
-def check_address(address: str) -> str:
-    """A bare ``user@domain`` address (no display name, no control characters)."""
-    if _CONTROL.search(address):
-        raise ValueError("an e-mail address may not contain control characters")
-    try:
-        parsed = Address(addr_spec=address.strip())
-    except (ValueError, IndexError) as exc:
-        raise ValueError(f"not an e-mail address: {address[:100]!r}") from exc
-    if not parsed.username or not parsed.domain:
-        raise ValueError(f"not an e-mail address: {address[:100]!r}")
-    return parsed.addr_spec
-
-
-@functools.lru_cache(maxsize=16)
-def check_mail_from(value: str) -> str:
-    """A ``Name <user@domain>`` or bare sender address, as MARKETPLACE_MAIL_FROM takes it."""
-    if _CONTROL.search(value):
-        raise ValueError("MARKETPLACE_MAIL_FROM may not contain control characters")
-    pairs = getaddresses([value])
-    if len(pairs) != 1 or not pairs[0][1]:
-        raise ValueError(f"MARKETPLACE_MAIL_FROM is not one address: {value!r}")
-    try:
-        check_address(pairs[0][1])
-    except ValueError as exc:
-        raise ValueError(f"MARKETPLACE_MAIL_FROM: {exc}") from None
-    return value
-
-
 def sender_domain(mail_from: str) -> str:
     """The domain of the sender address (``Message-ID``s are made under it)."""
     return getaddresses([mail_from])[0][1].rpartition("@")[2] or "localhost"
@@ -257,7 +228,7 @@ def render(
     Raises ValueError for an unusable recipient address, URL or ``message_id``.
     """
     parts = _parts(content, mail_from=mail_from, preview_chars=preview_chars)
-    if _CONTROL.search(message_id) or not message_id.isascii():
+    if CONTROL.search(message_id) or not message_id.isascii():
         raise ValueError("a Message-ID is one line of ASCII")
     boundary = boundary or new_boundary()
     date = format_datetime(now or datetime.now(UTC))

@@ -13,75 +13,22 @@ import asyncio
 import copy
 import email.policy
 import ssl
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from email.generator import BytesGenerator
 from email.message import EmailMessage
 from email.utils import getaddresses
 from io import BytesIO
-from urllib.parse import unquote, urlsplit
 
 import aiosmtplib
 
-SCHEMES = {"smtp": 25, "smtps": 465}
+from marketplace.config.mail import SmtpTarget
+
 # Server replies quoted in an error are cut to this length (they end up in the delivery log).
 MAX_REPLY_CHARS = 200
 # How messages go on the wire: CRLF, and lines folded only beyond RFC 5322's hard limit of 998
 # characters. aiosmtplib's own flattening folds at 78, which turns a long header without spaces
 # (List-Unsubscribe's URL) into RFC 2047 encoded words that mail clients do not decode there.
 WIRE_POLICY = email.policy.SMTP.clone(max_line_length=998)
-
-
-@dataclass(frozen=True)
-class SmtpTarget:
-    """Where and how to connect: ``smtps`` is TLS from the first byte; ``smtp`` upgrades with
-    STARTTLS when the server offers it."""
-
-    scheme: str
-    host: str
-    port: int
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-
-    @property
-    def implicit_tls(self) -> bool:
-        return self.scheme == "smtps"
-
-    def describe(self) -> str:
-        """``smtp://user@host:port``: the target without its password, for logs and errors."""
-        user = f"{self.username}@" if self.username else ""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.scheme}://{user}{host}:{self.port}"
-
-
-def parse_smtp_url(url: str) -> SmtpTarget:
-    """Parse ``smtp://[user[:password]@]host[:port]`` (or ``smtps://``); user and password are
-    percent-decoded. Raises ValueError, whose message never repeats the password."""
-    try:
-        parts = urlsplit(url.strip())
-        port = parts.port
-    except ValueError:
-        raise ValueError("not a valid smtp:// or smtps:// URL (bad host or port)") from None
-    scheme = parts.scheme.lower()
-    if scheme not in SCHEMES:
-        shown = f"{scheme}://" if scheme else "no scheme"
-        raise ValueError(f"the SMTP URL must start with smtp:// or smtps://, got {shown}")
-    if not parts.hostname:
-        raise ValueError("the SMTP URL names no host")
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise ValueError("the SMTP URL takes no path, query or fragment")
-    if port == 0:
-        raise ValueError("the SMTP URL's port must be between 1 and 65535")
-    username = unquote(parts.username) if parts.username else None
-    password = unquote(parts.password) if parts.password is not None else None
-    if password and not username:
-        raise ValueError("the SMTP URL has a password but no user")
-    return SmtpTarget(
-        scheme=scheme,
-        host=parts.hostname,
-        port=port or SCHEMES[scheme],
-        username=username,
-        password=password or None,
-    )
 
 
 class MailError(Exception):

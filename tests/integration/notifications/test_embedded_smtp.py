@@ -14,10 +14,11 @@ import psutil
 import pytest
 
 from marketplace.config import Settings
+from marketplace.config.mail import parse_smtp_url
 from marketplace.embedded.smtp import EmbeddedSmtp
 from marketplace.embedded.stack import Stoppable, start_smtp
 from marketplace.notifications.email import EmailContent, compose
-from marketplace.notifications.mailer import parse_smtp_url, send_message, wire_format
+from marketplace.notifications.mailer import send_message, wire_format
 
 FROM = "Marketplace <marketplace@localhost>"
 

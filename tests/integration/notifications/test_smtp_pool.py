@@ -8,12 +8,12 @@ import asyncio
 
 import pytest
 
+from marketplace.config.mail import parse_smtp_url
 from marketplace.notifications.email import EmailContent, render
 from marketplace.notifications.mailer import (
     PermanentMailError,
     SmtpPool,
     TransientMailError,
-    parse_smtp_url,
 )
 from tests.support.smtp import SmtpTestServer
 

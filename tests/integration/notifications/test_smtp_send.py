@@ -14,13 +14,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from marketplace.config.mail import SmtpTarget, parse_smtp_url
 from marketplace.embedded.procs import free_port
 from marketplace.notifications.email import EmailContent, compose
 from marketplace.notifications.mailer import (
     PermanentMailError,
-    SmtpTarget,
     TransientMailError,
-    parse_smtp_url,
     send_message,
 )
 from tests.support.smtp import SmtpTestServer

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from marketplace.config import Settings
+from marketplace.config.mail import SmtpTarget, parse_smtp_url
 from marketplace.config.settings import SecretSettingError
-from marketplace.notifications.mailer import SmtpTarget, parse_smtp_url
 
 
 def test_smtp_defaults_to_port_25_without_credentials() -> None:
