@@ -15,8 +15,8 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from marketplace.config.mail import SmtpTarget, check_mail_from, parse_smtp_url
+from marketplace.config.notifications import DEFAULT_RATE, NotificationRates
 from marketplace.moderation.terms import load_terms_file
-from marketplace.notifications.rate_limit import DEFAULT_RATE, NotificationRates
 
 
 class LegalAcceptanceMode(enum.StrEnum):

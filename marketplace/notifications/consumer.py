@@ -29,11 +29,12 @@ from typing import Any, Protocol
 import asyncpg
 
 from marketplace.config import Settings
+from marketplace.config.notifications import NotificationRates
 from marketplace.events.consumer import event_from_row
 from marketplace.events.leader import OutboxLeader
 from marketplace.jobs import enqueue_many
 from marketplace.notifications.models import DeliveryStatus, SuppressionReason
-from marketplace.notifications.rate_limit import LimitRequest, NotificationRates
+from marketplace.notifications.rate_limit import LimitRequest
 from marketplace.notifications.recipients import CONSUMED_TYPES, Notification, resolve_many
 from marketplace.storage.pool import Connection
 from marketplace.storage.repositories import events as events_repo

@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import enum
 
-
-class NotificationEventType(enum.StrEnum):
-    """What a delivery is about (the API's ``eventType``), one per kind of lifecycle e-mail."""
-
-    BID_DRAFT = "bid_draft"
-    DISPUTE_EVIDENCE = "dispute_evidence"
-    PROJECT_CHAT_MESSAGE = "project_chat_message"
-    DIRECT_MESSAGE = "direct_message"
+# The event types are named by the rate-limit setting too, so they live with its parser.
+from marketplace.config.notifications import NotificationEventType as NotificationEventType
 
 
 class DeliveryStatus(enum.StrEnum):

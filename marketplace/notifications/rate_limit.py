@@ -14,80 +14,19 @@ bounded), admits a new one while fewer than N are there, and is rebuilt exactly 
 with status queued, sent or failed (the index ``notification_deliveries_window`` serves that
 read): a restarted limiter knows everyone's window as it was.
 
-Leaf module (standard library and the shared vocabulary only): settings import it to validate
-the variable at start-up.
+The setting's parsing (``NotificationRates``, ``WindowRate``) lives in
+``marketplace/config/notifications.py``, so that ``config`` imports no domain package.
 """
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from marketplace.notifications.models import NotificationEventType
-
-DEFAULT_RATE = "5/3600"
-DEFAULT_KEY = "default"
-
-
-@dataclass(frozen=True)
-class WindowRate:
-    """At most ``count`` deliveries per ``period_seconds``."""
-
-    count: int
-    period_seconds: int
-
-    @classmethod
-    def parse(cls, text: str) -> WindowRate:
-        try:
-            count_text, period_text = text.split("/", 1)
-            count, period = int(count_text), int(period_text)
-        except (ValueError, AttributeError) as exc:
-            raise ValueError(f"a notification rate looks like '5/3600', got {text!r}") from exc
-        if count < 1 or period < 1:
-            raise ValueError(f"a notification rate must be positive, got {text!r}")
-        return cls(count, period)
-
-    def __str__(self) -> str:
-        return f"{self.count}/{self.period_seconds}"
-
-
-@dataclass(frozen=True)
-class NotificationRates:
-    default: WindowRate
-    overrides: dict[NotificationEventType, WindowRate]
-
-    @classmethod
-    def parse(cls, text: str) -> NotificationRates:
-        """The setting's value: ``"N/T"`` or a JSON object of event type -> ``"N/T"``."""
-        stripped = text.strip()
-        if not stripped.startswith("{"):
-            return cls(WindowRate.parse(stripped), {})
-        try:
-            data = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"not a JSON object: {exc}") from None
-        if not isinstance(data, dict):
-            raise ValueError("the per-event-type rates must be a JSON object")
-        default = WindowRate.parse(DEFAULT_RATE)
-        overrides: dict[NotificationEventType, WindowRate] = {}
-        known = {t.value for t in NotificationEventType}
-        for key, value in data.items():
-            if not isinstance(value, str):
-                raise ValueError(f"rate of {key!r} must be a string like '5/3600'")
-            if key == DEFAULT_KEY:
-                default = WindowRate.parse(value)
-            elif key in known:
-                overrides[NotificationEventType(key)] = WindowRate.parse(value)
-            else:
-                raise ValueError(
-                    f"unknown notification event type {key!r} (known: {sorted(known)})"
-                )
-        return cls(default, overrides)
-
-    def for_type(self, event_type: NotificationEventType) -> WindowRate:
-        return self.overrides.get(event_type, self.default)
+from marketplace.config.notifications import (
+    WindowRate,
+)
 
 
 def limiter_key(recipient_user_id: str, event_type: str) -> str:

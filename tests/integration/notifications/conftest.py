@@ -19,9 +19,9 @@ import asyncpg
 import pytest
 
 from marketplace.actors.notification_limiter import RemoteLimiter
+from marketplace.config.notifications import NotificationRates
 from marketplace.http import keys
 from marketplace.notifications.consumer import ConsumerConfig, NotificationConsumer, consume_all
-from marketplace.notifications.rate_limit import NotificationRates
 from marketplace.storage.pool import connect
 from tests.api.records.conftest import AppFactory, Party
 from tests.conftest import Servers, make_settings

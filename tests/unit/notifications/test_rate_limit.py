@@ -5,13 +5,12 @@ from __future__ import annotations
 import pytest
 
 from marketplace.config import Settings
+from marketplace.config.notifications import NotificationRates, WindowRate
 from marketplace.notifications.models import NotificationEventType
 from marketplace.notifications.rate_limit import (
     LimitRequest,
-    NotificationRates,
     SlidingWindowLog,
     WindowLimiter,
-    WindowRate,
 )
 
 DM = NotificationEventType.DIRECT_MESSAGE
