@@ -27,7 +27,7 @@ import redis.asyncio as aioredis
 
 from marketplace.aio import AtMostEvery, within
 from marketplace.indexer.health import freshness
-from marketplace.metrics import ACTOR_RESTARTS_KEY, SOURCE_READ_TIMEOUT_SECONDS
+from marketplace.metric_sources import ACTOR_RESTARTS_KEY, SOURCE_READ_TIMEOUT_SECONDS
 from marketplace.storage.pool import Row
 from marketplace.storage.repositories import metrics as repo
 from marketplace.verifier.policy import PolicyId

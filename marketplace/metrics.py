@@ -222,16 +222,6 @@ JOB_METRICS = JobMetricsCollector()
 REGISTRY.register(JOB_METRICS)
 
 
-# Every read behind a scrape (the job queue's depth, the deployment-wide figures) gives up after
-# this long and the last values stay: a pool waiting on a dead or locked server would otherwise
-# hold the scrape past Prometheus' own 10 s timeout.
-SOURCE_READ_TIMEOUT_SECONDS = 5.0
-
-# The Redis hash of actor restarts by kind, written by marketplace/actors/restarts.py (here so
-# actors need not import the deployment metrics' readers).
-ACTOR_RESTARTS_KEY = "marketplace:actors:restarts"
-
-
 class DeploymentMetricsCollector(Collector):
     """Deployment-wide figures read from Postgres and Redis (docs/metrics.md): the same on every
     frontend, set as one snapshot before each scrape."""

@@ -20,7 +20,7 @@ import warnings
 import ray
 import redis
 
-from marketplace.metrics import ACTOR_RESTARTS_KEY
+from marketplace.metric_sources import ACTOR_RESTARTS_KEY
 
 log = logging.getLogger(__name__)
 REDIS_TIMEOUT_SECONDS = 2.0

@@ -17,7 +17,8 @@ from marketplace.capabilities import CAPABILITIES, Capability, resolve
 from marketplace.http import keys
 from marketplace.jobs.metrics import CachedSnapshot
 from marketplace.jobs.registry import JobRegistry
-from marketplace.metrics import JOB_METRICS, SOURCE_READ_TIMEOUT_SECONDS
+from marketplace.metric_sources import SOURCE_READ_TIMEOUT_SECONDS
+from marketplace.metrics import JOB_METRICS
 
 log = logging.getLogger(__name__)
 

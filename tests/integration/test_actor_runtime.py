@@ -12,7 +12,7 @@ import ray
 from marketplace.actors.keyed_shard import shard_spec
 from marketplace.actors.runtime import ActorRestarting, stable_shard
 from marketplace.http import keys
-from marketplace.metrics import ACTOR_RESTARTS_KEY
+from marketplace.metric_sources import ACTOR_RESTARTS_KEY
 
 
 def test_stable_shard_is_deterministic_and_case_insensitive() -> None:
