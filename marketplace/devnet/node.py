@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pydantic import SecretStr
 from web3 import Web3
@@ -30,9 +30,14 @@ from marketplace.devnet.deploy import (
     write_manifest,
 )
 
-if TYPE_CHECKING:
-    # The type only: the devnet package does not load the embedded stack that calls it.
-    from marketplace.embedded.stack import Stoppable
+
+class Stoppable(Protocol):
+    """Something ``marketplace up`` stops at shutdown (the embedded stack keeps a list of them).
+    Declared here, where the devnet adds its anvil to that list, so that the dependency runs one
+    way: the embedded stack uses the devnet, never the other way round."""
+
+    def stop(self) -> None: ...
+
 
 log = logging.getLogger(__name__)
 STATE_DUMP_INTERVAL_SECONDS = 5

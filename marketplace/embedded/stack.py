@@ -17,12 +17,16 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import SecretStr
 
 from marketplace.config import Settings
 from marketplace.embedded.procs import read_or_create_secret
+
+if TYPE_CHECKING:
+    # The type only: the devnet (web3 and all) loads when the chain starts, not with the stack.
+    from marketplace.devnet.node import Stoppable
 
 log = logging.getLogger(__name__)
 
@@ -32,14 +36,12 @@ RESTART_WINDOW_SECONDS = 60.0
 WATCH_INTERVAL_SECONDS = 0.5
 
 
-class Stoppable(Protocol):
-    def stop(self) -> None: ...
-
-
-class Supervised(Stoppable, Protocol):
-    """An embedded server ``watch`` can look after."""
+class Supervised(Protocol):
+    """An embedded server ``watch`` can look after (a :class:`Stoppable` too)."""
 
     label: str
+
+    def stop(self) -> None: ...
 
     @property
     def pid(self) -> int | None: ...
@@ -49,7 +51,7 @@ class Supervised(Stoppable, Protocol):
     def restart(self) -> None: ...
 
 
-Starter = Callable[[Settings, list[Stoppable]], Settings]
+Starter = Callable[[Settings, list["Stoppable"]], Settings]
 
 
 def start_postgres(settings: Settings, started: list[Stoppable]) -> Settings:
