@@ -23,6 +23,7 @@ from marketplace.projects.models import (
     MilestoneReadModel,
     ProjectReadModel,
     ProjectStatus,
+    check_policy,
 )
 from marketplace.storage.pool import Connection, Row
 from marketplace.storage.repositories import projects as projects_repo
@@ -150,7 +151,7 @@ _construct_project = trusted_constructor(ProjectReadModel)
 
 
 def milestone_model(
-    values: Sequence[Any], check_policy_id: str | None = None
+    values: Sequence[Any], check_policy_id: PolicyId | None = None
 ) -> MilestoneReadModel:
     """A milestone from one element of the ``milestones`` aggregate (MILESTONE_FIELDS order),
     with the acceptance policy the owner fixed for it (None: none)."""
@@ -181,7 +182,7 @@ def milestone_model(
         latestVerifierJobId=job_id,
         latestVerifierPasses=passes,
         attestedOnChain=attested,
-        checkPolicyId=check_policy_id,
+        checkPolicyId=check_policy(check_policy_id),
     )
 
 
