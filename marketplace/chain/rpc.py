@@ -17,6 +17,16 @@ class RpcError(Exception):
         self.data = data
 
 
+# What a chain read that did not get an answer raises (the node's error, HTTP trouble, a timeout,
+# a refused connection): callers that retry later catch exactly these.
+RPC_FAILURES: tuple[type[BaseException], ...] = (
+    RpcError,
+    aiohttp.ClientError,
+    TimeoutError,
+    OSError,
+)
+
+
 class JsonRpcClient:
     def __init__(self, url: str, *, timeout_s: float = 30.0) -> None:
         self.url = url

@@ -20,14 +20,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
-import aiohttp
 import asyncpg
 
 from marketplace.chain.abi import ContractAbi
 from marketplace.chain.enums import ProjectStatus as ChainProjectStatus
 from marketplace.chain.hashes import direct_config_hash, intent_config_hash
 from marketplace.chain.project_state import project_status
-from marketplace.chain.rpc import RpcError
+from marketplace.chain.rpc import RPC_FAILURES
 from marketplace.errors import Conflict, Forbidden, NotFound, ServiceUnavailable
 from marketplace.projects.models import BiddingAccess, ProjectMode
 from marketplace.records.access import caller_wallets, visible_project
@@ -102,7 +101,7 @@ async def require_draft_on_chain(ctx: ShardContext, project: str) -> None:
         raise ServiceUnavailable("no chain is configured; acceptance policies cannot be checked")
     try:
         status = await project_status(ctx.chain, project)
-    except (RpcError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+    except RPC_FAILURES as exc:
         raise ServiceUnavailable(f"the chain could not be read: {exc}") from exc
     if status is not None and status != ChainProjectStatus.DRAFT:
         raise MetadataFrozen()

@@ -2,9 +2,10 @@
 registry's verifier domain (marketplace/chain/eip712.py, contracts/README.md), which
 ``attestMilestone`` on the project contract accepts.
 
-- ``deadline``: the request's, or the chain's latest block timestamp plus
-  ``MARKETPLACE_VERIFIER_ATTESTATION_TTL_SECONDS``: the contract compares it with block time, so
-  a devnet whose clock was advanced must still accept it (the server's clock is not used).
+- ``deadline``: given by the job (marketplace/verifier/execution.py): at most the chain's latest
+  block timestamp, read right before signing, plus ``MARKETPLACE_VERIFIER_ATTESTATION_TTL_SECONDS``
+  (the contract compares it with block time, so the server's clock is not used); a request may
+  only shorten it.
 - ``nonce``: the request's, or the one drawn when the job was created (random 128 bits, so every
   attempt of a job signs the same nonce). Nonces are single use per signer across all projects:
   a requested nonce the registry already consumed fails the job (the contract would refuse it);
@@ -18,15 +19,14 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 from eth_abi import decode, encode
 from eth_account import Account
 from eth_utils import keccak, to_checksum_address
 
 from marketplace.chain.eip712 import sign_attestation
-from marketplace.chain.rpc import JsonRpcClient, RpcError
+from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
-from marketplace.verifier.policy import TransientPolicyError
+from marketplace.verifier.dispute import chain_call
 
 IS_NONCE_USED = keccak(text="isNonceUsed(address,uint256)")[:4]
 
@@ -56,21 +56,9 @@ class Signer:
         )
 
 
-async def _rpc(rpc: JsonRpcClient, method: str, params: list[Any]) -> Any:
-    try:
-        return await rpc.call(method, params)
-    except (RpcError, aiohttp.ClientError, TimeoutError, OSError) as exc:
-        raise TransientPolicyError(f"chain RPC {method} failed: {exc}") from exc
-
-
-async def latest_block_time(rpc: JsonRpcClient) -> int:
-    block = await _rpc(rpc, "eth_getBlockByNumber", ["latest", False])
-    return int(block["timestamp"], 16)
-
-
 async def nonce_used(rpc: JsonRpcClient, signer: Signer, nonce: int) -> bool:
     data = IS_NONCE_USED + encode(["address", "uint256"], [signer.address, nonce])
-    result = await _rpc(
+    result = await chain_call(
         rpc, "eth_call", [{"to": signer.registry, "data": "0x" + data.hex()}, "latest"]
     )
     (used,) = decode(["bool"], bytes.fromhex(str(result).removeprefix("0x")))
@@ -87,18 +75,16 @@ async def attest(
     evidence_hash: str,
     nonce: int,
     nonce_requested: bool,
-    deadline: int | None,
-    ttl_seconds: int,
+    deadline: int,
 ) -> dict[str, Any]:
-    """The signed ``AttestationPayload`` (spec field names)."""
+    """The signed ``AttestationPayload`` (spec field names). ``deadline`` is the caller's to
+    bound (the job: the chain's time at signing plus the TTL, or the request's if earlier)."""
     if await nonce_used(rpc, signer, nonce):
         if nonce_requested:
             raise NonceAlreadyUsed(
                 f"nonce {nonce} was already used by the verifier signer {signer.address}"
             )
         nonce = secrets.randbits(128)
-    if deadline is None:
-        deadline = await latest_block_time(rpc) + ttl_seconds
     signature = sign_attestation(
         signer.key,
         chain_id=signer.chain_id,

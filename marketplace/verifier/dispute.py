@@ -14,12 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 from eth_utils import keccak
 
 from marketplace.chain.enums import DisputePhase, ProjectStatus
 from marketplace.chain.project_state import bytes32_hex, project_state
-from marketplace.chain.rpc import JsonRpcClient, RpcError
+from marketplace.chain.rpc import RPC_FAILURES, JsonRpcClient
 from marketplace.verifier.policy import TransientPolicyError
 
 ZERO_HASH = "0x" + "00" * 32
@@ -61,10 +60,12 @@ class DisputeFacts:
         )
 
 
-async def _call(rpc: JsonRpcClient, method: str, params: list[Any]) -> Any:
+async def chain_call(rpc: JsonRpcClient, method: str, params: list[Any]) -> Any:
+    """``rpc.call``, a failure to get an answer being :class:`TransientPolicyError` (the job is
+    retried)."""
     try:
         return await rpc.call(method, params)
-    except (RpcError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+    except RPC_FAILURES as exc:
         raise TransientPolicyError(f"chain RPC {method} failed: {exc}") from exc
 
 
@@ -73,11 +74,11 @@ async def read_dispute(rpc: JsonRpcClient, project: str, milestone_index: int) -
 
     The state is read at the number of the block whose time is reported, so the two agree.
     Raises :class:`TransientPolicyError` when the chain cannot be read."""
-    block = await _call(rpc, "eth_getBlockByNumber", ["latest", False])
+    block = await chain_call(rpc, "eth_getBlockByNumber", ["latest", False])
     block_time = int(block["timestamp"], 16)
     try:
         state = await project_state(rpc, project, block["number"])
-    except (RpcError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+    except RPC_FAILURES as exc:
         raise TransientPolicyError(f"chain RPC eth_call failed: {exc}") from exc
     if state is None:
         # No project contract at the address: nothing is disputed there.

@@ -192,7 +192,6 @@ async def run_verifier_job(ctx: JobContext) -> None:
                 nonce=int(row["attestation_nonce"]),
                 nonce_requested=row["requested_nonce"] is not None,
                 deadline=deadline,
-                ttl_seconds=settings.verifier_attestation_ttl_seconds,
             )
         except NonceAlreadyUsed as exc:
             raise PermanentJobError(str(exc)) from exc
