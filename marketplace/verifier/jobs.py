@@ -49,6 +49,7 @@ from marketplace.verifier.models import (
     VerifierJobAcceptedResponse,
     VerifierJobCreateRequest,
     VerifierJobListQuery,
+    request_of,
 )
 from marketplace.verifier.policies import parse_delivery_ref
 from marketplace.verifier.policy import InvalidDeliveryRef, PolicyId, TransientPolicyError
@@ -155,17 +156,7 @@ def _accepted_from_row(
         maxAttempts=row["max_attempts"],
         createdAt=row["created_at"],
         retentionExpiresAt=retention,
-        request=VerifierJobCreateRequest(
-            projectAddress=row["project_address"],
-            milestoneIndex=row["milestone_index"],
-            checkPolicyId=PolicyId(row["check_policy_id"]),
-            deliveryRef=row["delivery_ref"],
-            chainId=row["chain_id"],
-            nonce=int(row["requested_nonce"]) if row["requested_nonce"] is not None else None,
-            deadline=(
-                int(row["requested_deadline"]) if row["requested_deadline"] is not None else None
-            ),
-        ),
+        request=request_of(row),
         pollUrl="",
         availablePolicies=available,
     )
