@@ -13,5 +13,5 @@ format:  ## format the code
 	.venv/bin/ruff format . && .venv/bin/ruff check --fix .
 contracts:  ## rebuild contract artifacts from contracts/*.sol
 	node scripts/build_contracts.js
-schema:  ## regenerate marketplace/storage/schema.sql from the migrations
-	.venv/bin/python -m marketplace.storage.schema --write
+schema:  ## regenerate marketplace/storage/schema.sql from the migrations (the dev stack's tool)
+	.venv/bin/python -m marketplace_devstack.schema --write

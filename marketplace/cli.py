@@ -9,23 +9,35 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from marketplace.capabilities import CAPABILITIES, Command, resolve
+from marketplace.cli_commands import CAPABILITY_COMMANDS, Command
 from marketplace.logs import configure_logging
 
 if TYPE_CHECKING:
     from marketplace.config import Settings
 
 # Every command imports what it needs when it runs, not here: `marketplace serve` must start
-# without loading the embedded stack of `up`, the devnet tooling or web3's client, and
-# `--help` without loading even the settings (tests/unit/core/test_cli_imports.py checks).
+# without loading web3's client (or the dev stack, which it never imports), and `--help` without
+# loading even the settings (tests/unit/core/test_cli_imports.py checks).
+
+# Commands other installed distributions add, as entry points of this group. The dev stack
+# (devstack/, distribution marketplace-devstack) adds `up`, `status` and `devnet` this way: this
+# package never imports it, and `serve` runs without it.
+PLUGIN_GROUP = "marketplace.cli"
+DEV_STACK_COMMANDS = ("up", "status", "devnet")
+DEV_STACK_MISSING = (
+    "needs the dev stack, which is not installed: pip install -e ./devstack "
+    "(scripts/setup installs it); `marketplace serve` runs without it"
+)
 
 log = logging.getLogger("marketplace")
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """The settings, with the ``--host``, ``--port`` and ``--data-dir`` a command was given."""
     from marketplace.config import load_settings
 
     overrides = {}
@@ -36,9 +48,11 @@ def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(**overrides)
 
 
-def _serve(
+def run_service(
     settings: Settings, *, migrate: bool, on_ready: Callable[[Settings], None] | None = None
 ) -> None:
+    """Serve the API with ``settings`` until interrupted (``serve``; ``up`` once it has started
+    what the settings lack); ``on_ready`` runs once it listens."""
     if not settings.ray_address:
         from marketplace.actors.ray_env import prepare_local_ray_environment
 
@@ -60,18 +74,11 @@ def _serve(
     asyncio.run(serve(app, settings.host, settings.port, on_ready=ready))
 
 
-def cmd_up(args: argparse.Namespace) -> int:
-    from marketplace.embedded.supervisor import run_up
-
-    settings = _settings(args)
-    configure_logging(settings.log_level, settings.log_json)
-    return run_up(settings, lambda s, ready: _serve(s, migrate=True, on_ready=ready))
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    settings = settings_from_args(args)
     configure_logging(settings.log_level, settings.log_json)
-    missing = [n for n in ("database_url", "redis_url") if not getattr(settings, n)]
+    required = {"database_url": settings.database_url, "redis_url": settings.redis_url}
+    missing = [name for name, value in required.items() if not value]
     if not (settings.jwt_secret or settings.jwt_public_key or settings.jwks_url):
         missing.append("jwt_secret | jwt_public_key | jwks_url")
     if settings.notification_unsubscribe_secret is None:
@@ -84,14 +91,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    _serve(settings, migrate=not args.skip_migrations)
+    run_service(settings, migrate=not args.skip_migrations)
     return 0
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     from marketplace.storage.migrations import migrate_dsn
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     configure_logging(settings.log_level, settings.log_json)
     if not settings.database_url:
         print("set MARKETPLACE_DATABASE_URL", file=sys.stderr)
@@ -103,9 +110,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_token(args: argparse.Namespace) -> int:
     from marketplace.auth import issue_session_token
-    from marketplace.embedded.state import DataDirNotFound, locate_data_dir
+    from marketplace.config.data_dir import DataDirNotFound, locate_data_dir
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     if settings.jwt_secret is not None:
         secret = settings.jwt_secret.get_secret_value()
     elif settings.jwt_public_key or settings.jwks_url:
@@ -140,19 +147,6 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    from marketplace.embedded.state import print_status
-
-    return print_status(as_json=args.json)
-
-
-def configure_up(up: argparse.ArgumentParser) -> None:
-    up.add_argument("--host")
-    up.add_argument("--port", type=int)
-    up.add_argument("--data-dir", type=Path, help="default: $MARKETPLACE_DATA_DIR or ./.data")
-    up.set_defaults(func=cmd_up)
-
-
 def configure_serve(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
@@ -165,7 +159,7 @@ def configure_migrate(mig: argparse.ArgumentParser) -> None:
 
 
 def configure_token(token: argparse.ArgumentParser) -> None:
-    from marketplace.embedded.state import DATA_DIR_HELP
+    from marketplace.config.data_dir import DATA_DIR_HELP
 
     token.add_argument("--user-id", type=uuid.UUID, required=True)
     token.add_argument("--email-verified", action=argparse.BooleanOptionalAction, default=True)
@@ -174,33 +168,18 @@ def configure_token(token: argparse.ArgumentParser) -> None:
     token.set_defaults(func=cmd_token)
 
 
-def configure_status(status: argparse.ArgumentParser) -> None:
-    status.add_argument("--json", action="store_true", help="print the records as JSON")
-    status.set_defaults(func=cmd_status)
-
-
 def configure_group(group: argparse.ArgumentParser) -> None:
     """A command group: its sub-commands are the commands declared with ``parent=<its name>``,
     added by :func:`build_parser`."""
 
 
 CORE_COMMANDS: tuple[Command, ...] = (
-    Command(
-        "up",
-        "start embedded dependencies as needed, migrate, serve",
-        f"{__name__}:configure_up",
-    ),
     Command("serve", "serve against external dependencies only", f"{__name__}:configure_serve"),
     Command("migrate", "apply database migrations", f"{__name__}:configure_migrate"),
     Command(
         "token",
         "print a session JWT signed with the dev secret",
         f"{__name__}:configure_token",
-    ),
-    Command(
-        "status",
-        "show where `marketplace up` runs (exit 1: nowhere)",
-        f"{__name__}:configure_status",
     ),
     Command(
         "admin",
@@ -210,17 +189,42 @@ CORE_COMMANDS: tuple[Command, ...] = (
 )
 
 
-def commands() -> tuple[Command, ...]:
-    """The top-level commands: the core's, then each capability's, in the registry's order."""
+def plugin_commands(*, described: bool = True) -> tuple[Command, ...]:
+    """The commands installed distributions add (entry points of :data:`PLUGIN_GROUP`; the dev
+    stack's first, in :data:`DEV_STACK_COMMANDS` order). An entry point names the command's
+    ``configure(parser)``, in a module that imports nothing heavy; its help is the first line of
+    that function's docstring, read (the module imported) only when ``described``:
+    ``marketplace --help`` lists them, ``marketplace serve`` imports none."""
+    found = []
+    for entry in entry_points(group=PLUGIN_GROUP):
+        help_ = ""
+        if described:
+            help_ = (entry.load().__doc__ or "").strip().partition("\n")[0]
+        found.append(Command(entry.name, help_, f"{entry.module}:{entry.attr}"))
+
+    def order(command: Command) -> tuple[int, str]:
+        known = command.name in DEV_STACK_COMMANDS
+        return (
+            DEV_STACK_COMMANDS.index(command.name) if known else len(DEV_STACK_COMMANDS),
+            command.name,
+        )
+
+    return tuple(sorted(found, key=order))
+
+
+def commands(*, described: bool = True) -> tuple[Command, ...]:
+    """The top-level commands: the core's, then each capability's, in the registry's order, then
+    those of installed plugins (:func:`plugin_commands`)."""
     return (
         *CORE_COMMANDS,
-        *(command for cap in CAPABILITIES for command in cap.cli if command.parent is None),
+        *(c for cmds in CAPABILITY_COMMANDS.values() for c in cmds if c.parent is None),
+        *plugin_commands(described=described),
     )
 
 
 def subcommands(parent: str) -> tuple[Command, ...]:
     """The commands of the group ``parent``, in the registry's order."""
-    return tuple(command for cap in CAPABILITIES for command in cap.cli if command.parent == parent)
+    return tuple(c for cmds in CAPABILITY_COMMANDS.values() for c in cmds if c.parent == parent)
 
 
 def invoked_command(argv: Sequence[str]) -> str | None:
@@ -235,17 +239,22 @@ def build_parser(configured: Collection[str] | None = None) -> argparse.Argument
     its module, and ``main`` configures just the one being run."""
     parser = argparse.ArgumentParser(prog="marketplace", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in commands():
+    # Plugins' help texts only for a listing: reading one imports its module.
+    listed = commands(described=configured is None or not configured)
+    missing = [name for name in DEV_STACK_COMMANDS if name not in {c.name for c in listed}]
+    if missing:
+        parser.epilog = f"{', '.join(missing)}: {DEV_STACK_MISSING}"
+    for command in listed:
         command_parser = sub.add_parser(command.name, help=command.help)
         if configured is None or command.name in configured:
-            resolve(command.configure)(command_parser)
+            command.load()(command_parser)
             children = subcommands(command.name)
             if children:
                 actions = command_parser.add_subparsers(
                     dest=f"{command.name}_command", required=True
                 )
                 for child in children:
-                    resolve(child.configure)(actions.add_parser(child.name, help=child.help))
+                    child.load()(actions.add_parser(child.name, help=child.help))
     return parser
 
 
@@ -253,6 +262,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     command = invoked_command(argv)
+    installed = {c.name for c in plugin_commands(described=False)}
+    if command in DEV_STACK_COMMANDS and command not in installed:
+        print(f"marketplace {command}: {DEV_STACK_MISSING}", file=sys.stderr)
+        return 2
     args = build_parser(() if command is None else (command,)).parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -141,3 +141,23 @@ def test_dockerignore_keeps_what_the_image_copies() -> None:
                 top = source.split("/")[0]
                 assert top not in ignored and source not in ignored, source
     assert "node_modules" in ignored and ".git" in ignored
+
+
+def test_the_image_contains_no_dev_stack() -> None:
+    # The dev stack (devstack/: `marketplace up`, the embedded servers, the devnet) is never part
+    # of the service's image: not copied, kept out of the build context, never installed.
+    ignored = {
+        line.strip()
+        for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    assert "devstack" in ignored
+    for instruction, arguments in dockerfile_instructions():
+        if instruction in ("COPY", "ADD"):
+            *sources, _ = (p for p in shlex.split(arguments) if not p.startswith("--"))
+            for source in sources:
+                # Not the dev stack, nor the whole context (`COPY . .`), which holds it.
+                parts = Path(source).parts
+                assert parts and parts[0] != "devstack", arguments
+        if instruction == "RUN":
+            assert "devstack" not in arguments

@@ -13,8 +13,8 @@ import pytest
 
 from marketplace.cli import main
 from marketplace.config import Settings
-from marketplace.devnet.client import DevnetClient
-from marketplace.devnet.node import start_devnet
+from marketplace_devstack.devnet.client import DevnetClient
+from marketplace_devstack.devnet.node import start_devnet
 
 
 @dataclass

@@ -14,8 +14,8 @@ from marketplace.chain.enums import (
     ProjectMode,
     ProjectStatus,
 )
-from marketplace.devnet.client import USDC, DevnetClient
-from marketplace.devnet.node import PersistentAnvil
+from marketplace_devstack.devnet.client import USDC, DevnetClient
+from marketplace_devstack.devnet.node import PersistentAnvil
 from tests.integration.devnet.conftest import Devnet
 
 

@@ -36,8 +36,8 @@ from eth_account.messages import encode_defunct
 from marketplace.auth import issue_session_token
 from marketplace.chain import hashes
 from marketplace.cli import main
-from marketplace.devnet.deploy import ANVIL_PRIVATE_KEYS, dev_address
-from marketplace.devnet.wallet_link import sign_challenge
+from marketplace_devstack.devnet.deploy import ANVIL_PRIVATE_KEYS, dev_address
+from marketplace_devstack.devnet.wallet_link import sign_challenge
 
 REPO = Path(__file__).resolve().parents[3]
 WALKTHROUGH = REPO / "docs" / "walkthrough.md"

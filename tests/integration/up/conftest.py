@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -24,7 +23,8 @@ from typing import Any
 import psutil
 import pytest
 
-from marketplace.embedded.procs import free_port
+from marketplace_devstack.embedded.procs import free_port
+from tests.support.waiting import eventually_sync
 
 REPO = Path(__file__).resolve().parents[3]
 READY_TIMEOUT_SECONDS = 300.0
@@ -52,25 +52,6 @@ def alive(proc: psutil.Process) -> bool:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def wait_for(
-    check: Callable[[], Any],
-    timeout: float,
-    what: str | Callable[[], str],
-    interval: float = 0.2,
-) -> Any:
-    """Poll ``check`` until it returns something true; ``what`` (or its result) says what
-    was awaited when it never does."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            described = what() if callable(what) else what
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {described}")
-        time.sleep(interval)
 
 
 def http(
@@ -125,7 +106,7 @@ class UpRun:
                 return False
             return status == 200
 
-        wait_for(ready, timeout, "up to become ready", interval=0.5)
+        eventually_sync(ready, within=timeout, what="up to become ready", interval=0.5)
 
     def descendants(self) -> list[psutil.Process]:
         self.tree = psutil.Process(self.proc.pid).children(recursive=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from marketplace.embedded.procs import read_or_create_secret
+from marketplace_devstack.embedded.procs import read_or_create_secret
 from tests.integration.up.conftest import up_env
 
 

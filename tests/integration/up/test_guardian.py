@@ -12,8 +12,9 @@ import time
 
 import psutil
 
-from marketplace.embedded import guardian
-from tests.integration.up.conftest import alive, wait_for
+from marketplace_devstack.embedded import guardian
+from tests.integration.up.conftest import alive
+from tests.support.waiting import eventually_sync
 
 
 def sleeps(*seconds: str) -> list[psutil.Process]:
@@ -54,10 +55,11 @@ def test_guardian_stops_what_belonged_to_a_killed_up_and_nothing_else() -> None:
     )
     bystander = subprocess.Popen(["sleep", bystander_s], start_new_session=True)
     try:
-        belonging = wait_for(
-            lambda: len(found := sleeps(orphan, own_session, child)) == 3 and found,
-            10,
-            "the stand-in's processes",
+        belonging = eventually_sync(
+            lambda: sleeps(orphan, own_session, child),
+            until=lambda found: len(found) == 3,
+            within=10,
+            what="the stand-in's processes",
         )
         time.sleep(2 * guardian.SNAPSHOT_INTERVAL_SECONDS)  # the guardian has seen them
         fake_up.send_signal(signal.SIGKILL)
@@ -67,8 +69,8 @@ def test_guardian_stops_what_belonged_to_a_killed_up_and_nothing_else() -> None:
         keeper.stdin.close()  # the pipe's last writer is gone, as when `up` dies
         assert keeper.wait(timeout=60) == 0
         elapsed = time.monotonic() - started
-        for proc in [*belonging, psutil.Process(marked.pid)]:
-            assert not alive(proc), proc
+        for gone in [*belonging, psutil.Process(marked.pid)]:
+            assert not alive(gone), gone
         assert bystander.poll() is None
         # They ignored SIGTERM: they went at the SIGKILL after the grace period.
         assert elapsed >= guardian.TERM_GRACE_SECONDS
@@ -78,5 +80,5 @@ def test_guardian_stops_what_belonged_to_a_killed_up_and_nothing_else() -> None:
         for proc in (bystander, marked, fake_up):
             proc.kill()
             proc.wait()
-        for proc in sleeps(orphan, own_session, child):
-            proc.kill()
+        for gone in sleeps(orphan, own_session, child):
+            gone.kill()

@@ -15,7 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.up.conftest import UpRun, alive, http, wait_for
+from tests.integration.up.conftest import UpRun, alive, http
+from tests.support.waiting import eventually_sync
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -91,15 +92,22 @@ def test_a_dependency_that_dies_is_restarted_on_its_port(running_up: UpRun) -> N
                 return proc
         return None
 
-    replacement = wait_for(restarted, 30, "a new redis-server")
-    ports = wait_for(lambda: listening_ports(replacement), 30, "the new redis to listen")
+    replacement = eventually_sync(restarted, within=30, what="a new redis-server")
+    assert replacement is not None
+    ports = eventually_sync(
+        lambda: listening_ports(replacement), within=30, what="the new redis to listen"
+    )
     assert ports == [port]
-    wait_for(lambda: http(f"{running_up.url}/v1/health/ready")[0] == 200, 60, "readiness")
+    eventually_sync(
+        lambda: http(f"{running_up.url}/v1/health/ready")[0] == 200, within=60, what="readiness"
+    )
     assert "embedded redis exited; restarting it" in running_up.log_messages()
     # The supervisor logs the restart when the new server's start() returns; the app can be
     # ready again (it reconnects as soon as the port answers) before that.
-    wait_for(
-        lambda: "embedded redis restarted" in running_up.log_messages(), 30, "the restart's log"
+    eventually_sync(
+        lambda: "embedded redis restarted" in running_up.log_messages(),
+        within=30,
+        what="the restart's log",
     )
 
 
@@ -134,7 +142,7 @@ def test_lost_ray_runtime_degrades_to_503_and_recovers(running_up: UpRun) -> Non
             degraded.append((status, response_headers, body))
         return bool(degraded)
 
-    wait_for(answers_503, 60, "writes to answer 503", interval=0.5)
+    eventually_sync(answers_503, within=60, what="writes to answer 503", interval=0.5)
     _, response_headers, body = degraded[0]
     assert body["error"] == "service_unavailable" and body["message"]
     assert int(response_headers["Retry-After"]) >= 1
@@ -144,7 +152,7 @@ def test_lost_ray_runtime_degrades_to_503_and_recovers(running_up: UpRun) -> Non
         status, _, body = write()
         return (status, body.get("error")) == (baseline_status, baseline["error"])
 
-    wait_for(recovered, 240, "writes to reach the actors again", interval=1)
+    eventually_sync(recovered, within=240, what="writes to reach the actors again", interval=1)
     assert reads and set(reads) == {200}, reads  # Postgres-only reads never stopped
     assert running_up.proc.poll() is None
     messages = running_up.log_messages()
@@ -208,4 +216,7 @@ def test_commands_find_the_running_up_from_any_directory(running_up: UpRun, tmp_
     assert status == 200, body  # signed with the running server's secret
     info = json.loads(running_up.cli("devnet", "info", "--json", cwd=tmp_path).stdout)
     assert info["rpcUrl"] == (running_up.data_dir / "devnet" / "rpc_url").read_text().strip()
+    # admin reaches the embedded PostgreSQL of that run (its DSN read from the data dir).
+    flags = json.loads(running_up.cli("admin", "show", "--user-id", user, cwd=tmp_path).stdout)
+    assert flags == {"userId": user, "moderationAdmin": False, "verifierAdmin": False}
     assert list(tmp_path.iterdir()) == []  # nothing created where the commands ran

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.up.conftest import http, leftovers, wait_for
+from tests.integration.up.conftest import http, leftovers
+from tests.support.waiting import eventually_sync
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -36,10 +37,10 @@ def test_sigkill_leaves_no_orphan_and_restart_keeps_chain_state(launch: Any) -> 
 
     assert first.cli("status").returncode == 0
     first.stop(signal.SIGKILL)
-    wait_for(
+    eventually_sync(
         lambda: not leftovers(first),
-        60,
-        lambda: f"no process of the killed up: {leftovers(first)}\n{first.log()[-3000:]}",
+        within=60,
+        what=lambda: f"no process of the killed up: {leftovers(first)}\n{first.log()[-3000:]}",
     )
     assert "`marketplace up` (pid" in first.log() and "died; stopping" in first.log()
     # Its record outlives it, but counts for nothing.
@@ -58,7 +59,7 @@ def test_sigkill_leaves_no_orphan_and_restart_keeps_chain_state(launch: Any) -> 
         status, _, body = http(f"{second.url}/v1/projects/{project}")
         return status == 200 and body["projectAddress"].lower() == project.lower()
 
-    wait_for(indexed, 120, "the project in the read model", interval=1)
+    eventually_sync(indexed, within=120, what="the project in the read model", interval=1)
 
     [record] = json.loads(second.cli("status", "--json").stdout)
     assert record["pids"]["up"] == second.proc.pid  # the stale record was replaced

@@ -34,7 +34,7 @@ from marketplace.chain.enums import (
     DisputeReason,
     ProjectMode,
 )
-from marketplace.devnet.deploy import (
+from marketplace_devstack.devnet.deploy import (
     ANVIL_PRIVATE_KEYS,
     DEV_VERIFIER_PRIVATE_KEY,
     Deployment,
@@ -42,7 +42,7 @@ from marketplace.devnet.deploy import (
     dev_address,
     read_manifest,
 )
-from marketplace.devnet.node import MANIFEST_FILE, RPC_URL_FILE
+from marketplace_devstack.devnet.node import MANIFEST_FILE, RPC_URL_FILE
 
 USDC = 10**6
 HOUR = 3600
@@ -645,7 +645,7 @@ class DevnetClient:
             if log["address"].lower() == self.registry.lower() and log["topics"][0] == (
                 event.topic0
             ):
-                result.project = event.decode_log(log)["project"]
+                result.project = str(event.decode_log(log)["project"])
                 return result
         raise DevnetError(f"{result.tx_hash} emitted no ProjectCreated")
 

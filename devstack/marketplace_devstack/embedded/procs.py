@@ -111,24 +111,6 @@ def child_options(death_signal: int = signal.SIGTERM) -> dict[str, Any]:
     }
 
 
-def pid_alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie counts as gone: it only waits to be reaped)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    try:
-        stat_line = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True
-    # The state follows the parenthesised command, which may itself contain spaces.
-    return stat_line.rpartition(")")[2].split()[0] not in ("Z", "X")
-
-
 class SupervisedChild:
     """What the supervisor of ``up`` needs of a server we run as a child process: its pid, its
     exit status once it died on its own, and a restart on the same port (the URL others were

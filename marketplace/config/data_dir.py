@@ -1,29 +1,33 @@
-"""Where ``marketplace up`` runs, so the other commands find it from any directory.
+"""Where the data dir of a ``marketplace up`` is, and the DSN of the PostgreSQL it runs there.
+
+``marketplace up`` belongs to the dev stack (``devstack/``, not part of this package), but some
+production commands (``token``, ``admin``) fall back to the data dir of a running ``up`` when
+no external dependency is configured. What they share with it is this module: the file formats
+``up`` writes (the per-user state file of the running ``up`` processes, the embedded PostgreSQL's
+password and ``postmaster.pid``) and the rules for finding a data dir. ``up`` writes them (the
+dev stack imports this module), the production commands only read them.
 
 ``up`` records each run (its pid, data dir, URL, chain RPC URL and the pids of what it started)
 in a per-user state file, ``$XDG_STATE_HOME/marketplace/up.json`` (``~/.local/state/...`` by
 default), and removes the record when it stops. A run killed without a chance to clean up leaves
 its record behind; a record counts only while its pid runs the process that wrote it (same start
-time), so stale ones are ignored and dropped at the next write.
+time), so stale ones are ignored (and dropped at ``up``'s next write).
 
-The other commands (``token``, ``admin``, ``devnet`` ...) never create a data dir: they use
-``--data-dir``, else ``$MARKETPLACE_DATA_DIR``, else the data dir of the one running ``up``, else
-an existing ``./.data``, and otherwise fail saying where they looked (:func:`locate_data_dir`).
+The commands other than ``up`` never create a data dir: they use ``--data-dir``, else
+``$MARKETPLACE_DATA_DIR``, else the data dir of the one running ``up``, else an existing
+``./.data``, and otherwise fail saying where they looked (:func:`locate_data_dir`).
+
+Standard library only, like the rest of ``config``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
-import time
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from marketplace.embedded.procs import pid_alive
+from urllib.parse import quote
 
 STATE_FILE = "up.json"
 DEFAULT_DATA_DIR = Path(".data")
@@ -33,10 +37,35 @@ DATA_DIR_HELP = (
     "else an existing ./.data; never created here)"
 )
 
+# The embedded PostgreSQL of `up`: its cluster in <data_dir>/postgres, the password of its
+# superuser in <data_dir>/postgres-password, the service's database.
+POSTGRES_DIR = "postgres"
+POSTGRES_PASSWORD_FILE = "postgres-password"
+POSTGRES_SUPERUSER = "postgres"
+POSTGRES_DATABASE = "marketplace"
+
 
 def state_file() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "marketplace" / STATE_FILE
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie counts as gone: it only waits to be reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    # The state follows the parenthesised command, which may itself contain spaces.
+    return stat_line.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 def process_start(pid: int) -> int | None:
@@ -50,6 +79,8 @@ def process_start(pid: int) -> int | None:
 
 @dataclass
 class UpRun:
+    """One record of the state file (its JSON field names)."""
+
     pid: int
     dataDir: str
     url: str
@@ -69,7 +100,8 @@ class UpRun:
         return cls(**known)
 
 
-def _read(path: Path) -> list[UpRun]:
+def read_runs(path: Path) -> list[UpRun]:
+    """Every record of the state file at ``path``, live or not (none when it is unreadable)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         return [UpRun.from_json(item) for item in data.get("runs", [])]
@@ -77,51 +109,9 @@ def _read(path: Path) -> list[UpRun]:
         return []
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _write(path: Path, runs: list[UpRun]) -> None:
-    if not runs:
-        path.unlink(missing_ok=True)
-        return
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump({"runs": [asdict(run) for run in runs]}, handle, indent=2)
-        handle.write("\n")
-    os.replace(tmp, path)
-
-
-def record_run(run: UpRun) -> Path:
-    """Add (or replace) this run's record; drops stale ones on the way."""
-    path = state_file()
-    run.processStart = process_start(run.pid)
-    run.startedAt = run.startedAt or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    with _locked(path):
-        runs = [r for r in _read(path) if r.pid != run.pid and r.is_live()]
-        _write(path, [*runs, run])
-    return path
-
-
-def forget_run(pid: int) -> None:
-    path = state_file()
-    if not path.exists():
-        return
-    with _locked(path):
-        _write(path, [r for r in _read(path) if r.pid != pid and r.is_live()])
-
-
 def running() -> list[UpRun]:
     """Live runs only (never writes: stale records are left for ``up`` to drop)."""
-    return [run for run in _read(state_file()) if run.is_live()]
+    return [run for run in read_runs(state_file()) if run.is_live()]
 
 
 class DataDirNotFound(Exception):
@@ -169,34 +159,19 @@ def locate_data_dir(explicit: Path | None) -> Path:
     )
 
 
-def _health(url: str) -> str:
-    import urllib.error
-    import urllib.request
+def postgres_dsn(password: str, port: int, database: str = POSTGRES_DATABASE) -> str:
+    """The DSN of the embedded PostgreSQL listening on ``port`` (loopback, password auth)."""
+    return f"postgresql://{POSTGRES_SUPERUSER}:{quote(password)}@127.0.0.1:{port}/{database}"
 
+
+def embedded_postgres_dsn(data_dir: Path) -> str | None:
+    """The DSN of the embedded PostgreSQL ``marketplace up`` runs in ``data_dir``; None when none
+    runs there (no ``postmaster.pid``, or no password file: never a data dir of ``up``)."""
+    data_dir = data_dir.resolve()
     try:
-        with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=2) as response:
-            return "ok" if response.status == 200 else f"HTTP {response.status}"
-    except urllib.error.HTTPError as exc:
-        return f"HTTP {exc.code}"
-    except OSError as exc:
-        return f"not answering ({type(exc).__name__})"
-
-
-def print_status(*, as_json: bool = False) -> int:
-    """``marketplace status``: what runs where; exit status 1 when nothing does."""
-    runs = running()
-    if as_json:
-        print(json.dumps([{**asdict(run), "health": _health(run.url)} for run in runs], indent=2))
-        return 0 if runs else 1
-    if not runs:
-        print(f"no `marketplace up` is running (none recorded in {state_file()})")
-    for run in runs:
-        pids = ", ".join(f"{name} {pid}" for name, pid in run.pids.items())
-        print(
-            f"marketplace up (pid {run.pid}) since {run.startedAt}\n"
-            f"  url:       {run.url} ({_health(run.url)})\n"
-            f"  data dir:  {run.dataDir}\n"
-            f"  chain RPC: {run.chainRpcUrl or '-'}\n"
-            f"  pids:      {pids}"
-        )
-    return 0 if runs else 1
+        lines = (data_dir / POSTGRES_DIR / "postmaster.pid").read_text().splitlines()
+        port = int(lines[3])
+        password = (data_dir / POSTGRES_PASSWORD_FILE).read_text().strip()
+    except (OSError, IndexError, ValueError):
+        return None
+    return postgres_dsn(password, port)

@@ -10,10 +10,10 @@
 - :mod:`.wallet_link`: links a dev account's wallet to a user through the API.
 - :mod:`.cli`: the ``marketplace devnet ...`` commands.
 
-Production code (``marketplace serve`` and everything it loads) never imports this package: a
-test walks the imports of every other package, and another checks what ``serve`` loads. Only the
-embedded stack of ``marketplace up`` and the ``devnet`` command load it. It imports production
-code (the contracts' ABIs, enumerations, EIP-712 and hash helpers in :mod:`marketplace.chain`),
-never the other way round. This module imports nothing, so loading one tool (say the anvil
-process) does not load web3's client.
+Part of the dev stack (:mod:`marketplace_devstack`), which the production package never imports:
+a test walks the imports of every production module, and another checks what ``serve`` loads.
+Only the embedded stack of ``marketplace up`` and the ``devnet`` command load it. It imports
+production code (the contracts' ABIs, enumerations, EIP-712 and hash helpers in
+:mod:`marketplace.chain`), never the other way round. This module imports nothing, so loading
+one tool (say the anvil process) does not load web3's client.
 """

@@ -2,8 +2,9 @@
 
 ``marketplace up`` starts it when ``MARKETPLACE_SMTP_URL`` is unset, so notification e-mails of a
 local run land in ``<data-dir>/mail/`` as ``.eml`` files instead of going anywhere. It runs as a
-child process (``python -m marketplace.embedded.smtp``) like the other embedded servers: loopback
-only, on a free port, dies with ``up`` and is restarted on the same port by the stack's watcher.
+child process (``python -m marketplace_devstack.embedded.smtp``) like the other embedded servers:
+loopback only, on a free port, dies with ``up`` and is restarted on the same port by the stack's
+watcher.
 
 Each message is one file named ``<UTC time>-<sequence>-<random>.eml`` (names sort in arrival
 order), written to a temporary name and renamed into place, so a reader never sees half a
@@ -27,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from marketplace.embedded.procs import SupervisedChild, child_options, free_port
+from marketplace_devstack.embedded.procs import SupervisedChild, child_options, free_port
 
 MAIL_DIR = "mail"
 START_TIMEOUT_SECONDS = 15.0
@@ -127,7 +128,8 @@ class EmbeddedSmtp(SupervisedChild):
     def start(self) -> str:
         self.mail_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.data_dir / "smtp.log"
-        # The child imports this module; make this tree importable whatever its cwd is.
+        # The child imports this module; make the dev stack importable whatever its cwd is
+        # (devstack/, the directory that holds marketplace_devstack/).
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
@@ -136,7 +138,7 @@ class EmbeddedSmtp(SupervisedChild):
                 [
                     sys.executable,
                     "-m",
-                    "marketplace.embedded.smtp",
+                    "marketplace_devstack.embedded.smtp",
                     "--dir",
                     str(self.mail_dir),
                     "--port",

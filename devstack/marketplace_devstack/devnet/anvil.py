@@ -19,10 +19,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from marketplace.embedded.procs import SupervisedChild, child_options, free_port
+from marketplace_devstack.embedded.procs import SupervisedChild, child_options, free_port
 
 ANVIL_BIN_ENV = "MARKETPLACE_ANVIL_BIN"
-REPO_ROOT = Path(__file__).resolve().parents[2]
+# devstack/marketplace_devstack/devnet/anvil.py: the repository is three levels up.
+REPO_ROOT = Path(__file__).resolve().parents[3]
 NPM_ANVIL_BIN = REPO_ROOT / "node_modules" / "@foundry-rs" / "anvil-linux-amd64" / "bin" / "anvil"
 
 # anvil's default mnemonic ("test test ... junk"); accounts 0..9 are funded with 10000 ETH.

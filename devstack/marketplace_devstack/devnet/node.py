@@ -5,7 +5,7 @@ every few seconds), so a restarted ``up`` finds the same chain, deployment and i
 models. If the recorded deployment is gone from the chain (state lost), the contracts are
 deployed again and the manifest rewritten; the indexer then starts over for the new registry.
 While anvil runs, its JSON-RPC URL is in ``<data-dir>/devnet/rpc_url``, which the ``marketplace
-devnet ...`` commands (``marketplace/devnet/cli.py``) read.
+devnet ...`` commands (``devstack/marketplace_devstack/devnet/cli.py``) read.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pydantic import SecretStr
 from web3 import Web3
 
 from marketplace.config import Settings
-from marketplace.devnet.anvil import AnvilProcess
-from marketplace.devnet.deploy import (
+from marketplace_devstack.devnet.anvil import AnvilProcess
+from marketplace_devstack.devnet.deploy import (
     DEV_VERIFIER_PRIVATE_KEY,
     USDC_DECIMALS,
     Deployment,
