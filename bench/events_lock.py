@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import shutil
@@ -43,10 +42,10 @@ sys.path.insert(0, str(ROOT))
 import asyncpg  # noqa: E402
 
 from bench.report import add_output_option, write_report  # noqa: E402
-from marketplace.embedded.postgres import EmbeddedPostgres  # noqa: E402
-from marketplace.events.types import EventType, NewEvent  # noqa: E402
+from marketplace.events.types import NewEvent, ProjectChangedPayload  # noqa: E402
 from marketplace.storage.migrations import migrate_dsn  # noqa: E402
 from marketplace.storage.repositories import events as repo  # noqa: E402
+from marketplace_devstack.embedded.postgres import EmbeddedPostgres  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "events_lock.json"
 MODES = ("change-only", "unordered", "ordered", "ordered-no-notify", "ordered-2stmt")
@@ -63,7 +62,7 @@ SUBJECT = "0x" + "ab" * 20
 
 
 def event(n: int) -> NewEvent:
-    return NewEvent(EventType.PROJECT_CHANGED, SUBJECT, {"block": n, "changes": {"status": "x"}})
+    return NewEvent(SUBJECT, ProjectChangedPayload(block=n, changes={"status": "x"}, milestones=[]))
 
 
 async def transaction(conn: asyncpg.Connection, mode: str, worker: int, n: int) -> None:
@@ -71,7 +70,7 @@ async def transaction(conn: asyncpg.Connection, mode: str, worker: int, n: int) 
         await conn.execute(CHANGE, worker, n, "change")
         if mode == "unordered":
             e = event(n)
-            await conn.execute(UNORDERED, str(e.type), e.subject, json.dumps(e.payload))
+            await conn.execute(UNORDERED, str(e.type), e.subject, e.payload_json())
         elif mode == "ordered":
             await repo.append(conn, [event(n)])
         elif mode == "ordered-no-notify":
@@ -82,12 +81,12 @@ async def transaction(conn: asyncpg.Connection, mode: str, worker: int, n: int) 
                 repo.WAKE_CHANNEL,
                 [str(e.type)],
                 [e.subject],
-                [json.dumps(e.payload)],
+                [e.payload_json()],
             )
         elif mode == "ordered-2stmt":
             e = event(n)
             await conn.execute(LOCK, repo.EVENTS_LOCK_KEY)
-            await conn.execute(UNORDERED, str(e.type), e.subject, json.dumps(e.payload))
+            await conn.execute(UNORDERED, str(e.type), e.subject, e.payload_json())
 
 
 async def run(dsn: str, mode: str, concurrency: int, sync: str, seconds: float) -> dict[str, Any]:

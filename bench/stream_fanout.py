@@ -55,11 +55,11 @@ import asyncpg  # noqa: E402
 
 from bench.report import RESULTS_DIR, add_output_option, write_report  # noqa: E402
 from marketplace.auth import issue_session_token  # noqa: E402
-from marketplace.embedded.postgres import EmbeddedPostgres  # noqa: E402
-from marketplace.embedded.redis import EmbeddedRedis  # noqa: E402
-from marketplace.events.types import EventType, NewEvent  # noqa: E402
+from marketplace.events.types import NewEvent, ProjectChangedPayload  # noqa: E402
 from marketplace.storage.migrations import migrate_dsn  # noqa: E402
 from marketplace.storage.repositories import events as events_repo  # noqa: E402
+from marketplace_devstack.embedded.postgres import EmbeddedPostgres  # noqa: E402
+from marketplace_devstack.embedded.redis import EmbeddedRedis  # noqa: E402
 
 RESULTS = RESULTS_DIR / "stream_fanout.json"
 SECRET = "bench-stream-secret-" + "z" * 24
@@ -195,9 +195,8 @@ class Streams:
 
 def change(project: str, n: int) -> NewEvent:
     return NewEvent(
-        EventType.PROJECT_CHANGED,
         project,
-        {"block": n, "changes": {"status": "building", "n": n}, "milestones": []},
+        ProjectChangedPayload(block=n, changes={"status": "building", "n": n}, milestones=[]),
     )
 
 

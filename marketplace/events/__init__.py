@@ -1,6 +1,7 @@
-"""Durable, typed change events (transactional outbox); see docs/events.md.
+"""The change-event contract (transactional outbox; docs/events.md): a leaf package.
 
-``types``: the event types, their payload models and the row a producer writes; a leaf module
-that repositories may import. ``relay``: copies committed events to the Redis Stream.
-``consumer``: ``subscribe`` / ``read_since`` for whoever reacts to changes.
+``types``: the event types, one payload model per type, ``NewEvent`` (what a producer writes)
+and ``parse_event`` (what a consumer gets). It imports nothing from ``marketplace``, so
+repositories may import it; the relay and the consumers that follow the outbox live in
+``marketplace.outbox``.
 """

@@ -1,8 +1,11 @@
 """Event types and payloads: the contract between producers and consumers (docs/events.md).
 
-A leaf module (pydantic and the standard library only), so repositories can name the types they
-write without importing the relay or the consumer. Adding a payload field is compatible (payload
-models keep unknown fields); renaming or retyping one makes a new event type.
+A leaf module (pydantic and the standard library only), so repositories can name the events they
+write without importing the relay or the consumer. Each event type has one payload model, which
+names its type (``Payload.event_type``): producers write ``NewEvent(subject, SomePayload(...))``
+and nothing else, consumers get the same model back from :func:`parse_event`. Adding a payload
+field is compatible (payload models keep unknown fields); renaming or retyping one makes a new
+event type.
 
 Payload field names and value formats follow the read API: camelCase names, lower-case
 addresses and hashes, USDC amounts and Unix seconds as decimal strings, times in ISO 8601.
@@ -13,9 +16,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 
 
 class EventType(enum.StrEnum):
@@ -41,36 +44,39 @@ class EventType(enum.StrEnum):
     VERIFIER_JOB_COMPLETED = "verifier_job.completed"
 
 
-@dataclass(frozen=True)
-class NewEvent:
-    """An event as a producer writes it; the database assigns ``id`` and ``created_at``.
-
-    ``payload`` must be JSON-serialisable (plain str/int/bool/None/list/dict values).
-    """
-
-    type: EventType
-    subject: str
-    payload: dict[str, Any]
-
-
 def chain_subject(chain_id: int) -> str:
     """Subject of chain-wide events (``chain.reorg``)."""
     return f"chain:{chain_id}"
 
 
 def user_subject(user_id: object) -> str:
-    """Subject of the events about one account (moderation): ``user:<uuid>``."""
+    """Subject of the events about one account (moderation, reports): ``user:<uuid>``."""
     return f"user:{user_id}"
+
+
+def thread_subject(thread_id: object) -> str:
+    """Subject of a direct message's event: ``thread:<uuid>``."""
+    return f"thread:{thread_id}"
 
 
 # --- payloads ------------------------------------------------------------------------------------
 
 
-class Payload(BaseModel):
+class PayloadPart(BaseModel):
+    """A payload or a part of one: frozen, and keeps fields added by newer producers."""
+
     model_config = ConfigDict(extra="allow", frozen=True)
 
 
+class Payload(PayloadPart):
+    """The payload of one event type, which the concrete model names."""
+
+    event_type: ClassVar[EventType]
+
+
 class ProjectCreatedPayload(Payload):
+    event_type = EventType.PROJECT_CREATED
+
     block: int
     ownerAddress: str
     status: str
@@ -82,26 +88,32 @@ class ProjectCreatedPayload(Payload):
     createdLogIndex: int
 
 
-class MilestoneChanges(Payload):
+class MilestoneChanges(PayloadPart):
     milestoneIndex: int
-    changes: dict[str, Any]
+    changes: dict[str, JsonValue]
 
 
 class ProjectChangedPayload(Payload):
+    event_type = EventType.PROJECT_CHANGED
+
     block: int
     # Project fields whose value changed, with the new value (read-API names and formats).
-    changes: dict[str, Any]
+    changes: dict[str, JsonValue]
     # Per milestone whose fields changed (or that appeared), those fields with new values.
     milestones: list[MilestoneChanges]
 
 
 class ProjectRemovedPayload(Payload):
+    event_type = EventType.PROJECT_REMOVED
+
     reason: Literal["reorg", "registry_changed"]
-    # The newest block that still matched the chain (reorg only).
+    # The newest block that still matched the chain (reorg only; left out of the JSON otherwise).
     forkBlock: int | None = None
 
 
 class ChainReorgPayload(Payload):
+    event_type = EventType.CHAIN_REORG
+
     chainId: int
     forkBlock: int
     depth: int
@@ -112,6 +124,8 @@ class ChainReorgPayload(Payload):
 
 
 class ProjectClaimedPayload(Payload):
+    event_type = EventType.PROJECT_CLAIMED
+
     ownerAddress: str
     userId: str
     claimMode: str
@@ -120,13 +134,17 @@ class ProjectClaimedPayload(Payload):
 
 
 class ProjectMetadataUpdatedPayload(Payload):
+    event_type = EventType.PROJECT_METADATA_UPDATED
+
     userId: str
     # The metadata fields the edit set (title always; description/imageUrl when sent, null
-    # when cleared).
-    changes: dict[str, Any]
+    # when cleared; milestonePolicies when sent, [] when cleared).
+    changes: dict[str, JsonValue]
 
 
 class BidDraftPayload(Payload):
+    """``bid_draft.created`` and ``bid_draft.updated`` (one model per type below)."""
+
     draftId: str
     projectAddress: str
     bidderAddress: str
@@ -134,7 +152,17 @@ class BidDraftPayload(Payload):
     userId: str
 
 
+class BidDraftCreatedPayload(BidDraftPayload):
+    event_type = EventType.BID_DRAFT_CREATED
+
+
+class BidDraftUpdatedPayload(BidDraftPayload):
+    event_type = EventType.BID_DRAFT_UPDATED
+
+
 class ChallengeSubmissionPayload(Payload):
+    """``challenge_submission.created`` and ``.updated`` (one model per type below)."""
+
     submissionId: str
     projectAddress: str
     submitterAddress: str
@@ -142,7 +170,17 @@ class ChallengeSubmissionPayload(Payload):
     userId: str
 
 
+class ChallengeSubmissionCreatedPayload(ChallengeSubmissionPayload):
+    event_type = EventType.CHALLENGE_SUBMISSION_CREATED
+
+
+class ChallengeSubmissionUpdatedPayload(ChallengeSubmissionPayload):
+    event_type = EventType.CHALLENGE_SUBMISSION_UPDATED
+
+
 class DisputeEvidenceSubmittedPayload(Payload):
+    event_type = EventType.DISPUTE_EVIDENCE_SUBMITTED
+
     evidenceId: str
     projectAddress: str
     milestoneIndex: int
@@ -153,6 +191,8 @@ class DisputeEvidenceSubmittedPayload(Payload):
 
 
 class ChatMessagePayload(Payload):
+    event_type = EventType.CHAT_MESSAGE
+
     # The body is not in the event: the outbox and the stream outlive a moderator's removal, so
     # consumers read the message (and its current bodyStatus) by id when they need the text.
     messageId: str
@@ -162,6 +202,8 @@ class ChatMessagePayload(Payload):
 
 
 class DmMessagePayload(Payload):
+    event_type = EventType.DM_MESSAGE
+
     messageId: str
     threadId: str
     senderUserId: str
@@ -169,6 +211,8 @@ class DmMessagePayload(Payload):
 
 
 class MessageReportedPayload(Payload):
+    event_type = EventType.MESSAGE_REPORTED
+
     reportId: str
     messageId: str
     reporterUserId: str
@@ -177,6 +221,8 @@ class MessageReportedPayload(Payload):
 
 
 class ReportUpdatedPayload(Payload):
+    event_type = EventType.REPORT_UPDATED
+
     reportId: str
     messageId: str
     reporterUserId: str
@@ -188,6 +234,8 @@ class ReportUpdatedPayload(Payload):
 
 
 class ModerationOffensePayload(Payload):
+    event_type = EventType.MODERATION_OFFENSE
+
     offenseId: str
     userId: str
     context: str
@@ -196,18 +244,24 @@ class ModerationOffensePayload(Payload):
 
 
 class ModerationSuspendedPayload(Payload):
+    event_type = EventType.MODERATION_SUSPENDED
+
     suspensionId: str
     userId: str
     suspendedUntil: str
 
 
 class ModerationSuspensionLiftedPayload(Payload):
+    event_type = EventType.MODERATION_SUSPENSION_LIFTED
+
     suspensionId: str
     userId: str
     liftedByUserId: str
 
 
 class CategoryTagsChangedPayload(Payload):
+    event_type = EventType.CATEGORY_TAGS_CHANGED
+
     projectAddress: str
     milestoneIndex: int
     ownerWalletAddress: str
@@ -220,12 +274,36 @@ class CategoryTagsChangedPayload(Payload):
 
 
 class VerifierJobCompletedPayload(Payload):
+    event_type = EventType.VERIFIER_JOB_COMPLETED
+
     jobId: str
     projectAddress: str
     milestoneIndex: int
     policy: str
     passes: bool
     evidenceHash: str
+
+
+# --- events as producers write them ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event as a producer writes it: a subject and the payload model of its type (the type
+    is the model's). The database assigns ``id`` and ``created_at``."""
+
+    subject: str
+    payload: Payload
+
+    @property
+    def type(self) -> EventType:
+        return self.payload.event_type
+
+    def payload_json(self) -> str:
+        """The payload as written to the outbox: compact JSON of the fields the producer set (a
+        field left at its default, like a ``registry_changed`` removal's ``forkBlock``, is not
+        written)."""
+        return self.payload.model_dump_json(exclude_unset=True)
 
 
 # --- events as consumers receive them -----------------------------------------------------------
@@ -244,139 +322,135 @@ class Event(BaseModel):
 
 
 class UnknownEvent(Event):
-    """A type this code does not know yet (written by newer producers)."""
+    """A type this code does not know yet (written by newer producers), or a payload its type's
+    model refuses; the payload as it was sent."""
 
-    payload: dict[str, Any]
+    payload: dict[str, JsonValue]
 
 
 class ProjectCreated(Event):
-    type: Literal["project.created"]
     payload: ProjectCreatedPayload
 
 
 class ProjectChanged(Event):
-    type: Literal["project.changed"]
     payload: ProjectChangedPayload
 
 
 class ProjectRemoved(Event):
-    type: Literal["project.removed"]
     payload: ProjectRemovedPayload
 
 
 class ChainReorg(Event):
-    type: Literal["chain.reorg"]
     payload: ChainReorgPayload
 
 
 class ProjectClaimed(Event):
-    type: Literal["project.claimed"]
     payload: ProjectClaimedPayload
 
 
 class ProjectMetadataUpdated(Event):
-    type: Literal["project.metadata_updated"]
     payload: ProjectMetadataUpdatedPayload
 
 
 class BidDraftCreated(Event):
-    type: Literal["bid_draft.created"]
-    payload: BidDraftPayload
+    payload: BidDraftCreatedPayload
 
 
 class BidDraftUpdated(Event):
-    type: Literal["bid_draft.updated"]
-    payload: BidDraftPayload
+    payload: BidDraftUpdatedPayload
 
 
 class ChallengeSubmissionCreated(Event):
-    type: Literal["challenge_submission.created"]
-    payload: ChallengeSubmissionPayload
+    payload: ChallengeSubmissionCreatedPayload
 
 
 class ChallengeSubmissionUpdated(Event):
-    type: Literal["challenge_submission.updated"]
-    payload: ChallengeSubmissionPayload
+    payload: ChallengeSubmissionUpdatedPayload
 
 
 class DisputeEvidenceSubmitted(Event):
-    type: Literal["dispute_evidence.submitted"]
     payload: DisputeEvidenceSubmittedPayload
 
 
 class ChatMessage(Event):
-    type: Literal["chat.message"]
     payload: ChatMessagePayload
 
 
 class DmMessage(Event):
-    type: Literal["dm.message"]
     payload: DmMessagePayload
 
 
 class MessageReported(Event):
-    type: Literal["message.reported"]
     payload: MessageReportedPayload
 
 
 class ReportUpdated(Event):
-    type: Literal["report.updated"]
     payload: ReportUpdatedPayload
 
 
 class ModerationOffense(Event):
-    type: Literal["moderation.offense"]
     payload: ModerationOffensePayload
 
 
 class ModerationSuspended(Event):
-    type: Literal["moderation.suspended"]
     payload: ModerationSuspendedPayload
 
 
 class ModerationSuspensionLifted(Event):
-    type: Literal["moderation.suspension_lifted"]
     payload: ModerationSuspensionLiftedPayload
 
 
 class CategoryTagsChanged(Event):
-    type: Literal["category_tags.changed"]
     payload: CategoryTagsChangedPayload
 
 
 class VerifierJobCompleted(Event):
-    type: Literal["verifier_job.completed"]
     payload: VerifierJobCompletedPayload
 
 
+def payload_model(event_model: type[Event]) -> type[Payload]:
+    """The payload model of a typed event class."""
+    annotation = event_model.model_fields["payload"].annotation
+    if not (isinstance(annotation, type) and issubclass(annotation, Payload)):
+        raise TypeError(f"{event_model.__name__}.payload is not a Payload model")
+    return annotation
+
+
+# The one mapping between type names and models: each event class's payload model names its type.
 EVENT_MODELS: dict[str, type[Event]] = {
-    EventType.PROJECT_CREATED: ProjectCreated,
-    EventType.PROJECT_CHANGED: ProjectChanged,
-    EventType.PROJECT_REMOVED: ProjectRemoved,
-    EventType.CHAIN_REORG: ChainReorg,
-    EventType.PROJECT_CLAIMED: ProjectClaimed,
-    EventType.PROJECT_METADATA_UPDATED: ProjectMetadataUpdated,
-    EventType.BID_DRAFT_CREATED: BidDraftCreated,
-    EventType.BID_DRAFT_UPDATED: BidDraftUpdated,
-    EventType.CHALLENGE_SUBMISSION_CREATED: ChallengeSubmissionCreated,
-    EventType.CHALLENGE_SUBMISSION_UPDATED: ChallengeSubmissionUpdated,
-    EventType.DISPUTE_EVIDENCE_SUBMITTED: DisputeEvidenceSubmitted,
-    EventType.CHAT_MESSAGE: ChatMessage,
-    EventType.DM_MESSAGE: DmMessage,
-    EventType.MESSAGE_REPORTED: MessageReported,
-    EventType.REPORT_UPDATED: ReportUpdated,
-    EventType.MODERATION_OFFENSE: ModerationOffense,
-    EventType.MODERATION_SUSPENDED: ModerationSuspended,
-    EventType.MODERATION_SUSPENSION_LIFTED: ModerationSuspensionLifted,
-    EventType.CATEGORY_TAGS_CHANGED: CategoryTagsChanged,
-    EventType.VERIFIER_JOB_COMPLETED: VerifierJobCompleted,
+    payload_model(model).event_type: model
+    for model in (
+        ProjectCreated,
+        ProjectChanged,
+        ProjectRemoved,
+        ChainReorg,
+        ProjectClaimed,
+        ProjectMetadataUpdated,
+        BidDraftCreated,
+        BidDraftUpdated,
+        ChallengeSubmissionCreated,
+        ChallengeSubmissionUpdated,
+        DisputeEvidenceSubmitted,
+        ChatMessage,
+        DmMessage,
+        MessageReported,
+        ReportUpdated,
+        ModerationOffense,
+        ModerationSuspended,
+        ModerationSuspensionLifted,
+        CategoryTagsChanged,
+        VerifierJobCompleted,
+    )
+}
+PAYLOAD_MODELS: dict[str, type[Payload]] = {
+    name: payload_model(model) for name, model in EVENT_MODELS.items()
 }
 
 
-def parse_event(
-    id: int, type: str, subject: str, created_at: datetime, payload: dict[str, Any]
-) -> Event:
-    """The typed event for a stored or streamed one (``UnknownEvent`` for an unknown type)."""
+def parse_event(id: int, type: str, subject: str, created_at: object, payload: object) -> Event:
+    """The typed event for a stored or streamed one (``UnknownEvent`` for an unknown type);
+    ``created_at`` a datetime or ISO 8601 text. Raises ``ValidationError`` for a payload its
+    type's model refuses."""
     model = EVENT_MODELS.get(type, UnknownEvent)
     return model.model_validate(
         {"id": id, "type": type, "subject": subject, "createdAt": created_at, "payload": payload}

@@ -16,7 +16,17 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from marketplace.events.types import EventType, NewEvent, chain_subject
+from pydantic import JsonValue
+
+from marketplace.events.types import (
+    ChainReorgPayload,
+    MilestoneChanges,
+    NewEvent,
+    ProjectChangedPayload,
+    ProjectCreatedPayload,
+    ProjectRemovedPayload,
+    chain_subject,
+)
 from marketplace.storage.read_model_rows import MilestoneRow, ProjectCreation, ProjectRow
 
 # Compared and reported fields: every snapshot column the upsert may change.
@@ -53,7 +63,7 @@ def api_name(column: str) -> str:
     return name[: -len("Usdc")] + "USDC" if name.endswith("Usdc") else name
 
 
-def api_value(column: str, value: Any) -> Any:
+def api_value(column: str, value: Any) -> JsonValue:
     """A column value in the read API's JSON format."""
     if value is None:
         return None
@@ -70,8 +80,8 @@ def api_value(column: str, value: Any) -> Any:
 
 def _changes(
     before: Mapping[str, Any] | None, after: object, fields: Iterable[str]
-) -> dict[str, Any]:
-    changed = {}
+) -> dict[str, JsonValue]:
+    changed: dict[str, JsonValue] = {}
     for column in fields:
         new = getattr(after, column)
         if before is None or before[column] != new:
@@ -97,19 +107,18 @@ def snapshot_events(
         if old is None:
             events.append(
                 NewEvent(
-                    EventType.PROJECT_CREATED,
                     address,
-                    {
-                        "block": block,
-                        "ownerAddress": project.owner_address,
-                        "status": project.status,
-                        "projectMode": project.project_mode,
-                        "biddingAccess": project.bidding_access,
-                        "configHash": project.config_hash,
-                        "milestoneCount": project.milestone_count,
-                        "createdBlock": creation.block_number,
-                        "createdLogIndex": creation.log_index,
-                    },
+                    ProjectCreatedPayload(
+                        block=block,
+                        ownerAddress=project.owner_address,
+                        status=project.status,
+                        projectMode=project.project_mode,
+                        biddingAccess=project.bidding_access,
+                        configHash=project.config_hash,
+                        milestoneCount=project.milestone_count,
+                        createdBlock=creation.block_number,
+                        createdLogIndex=creation.log_index,
+                    ),
                 )
             )
             continue
@@ -120,14 +129,15 @@ def snapshot_events(
             changed = _changes(before_milestones.get(key), milestone, MILESTONE_FIELDS)
             if changed:
                 milestone_changes.append(
-                    {"milestoneIndex": milestone.milestone_index, "changes": changed}
+                    MilestoneChanges(milestoneIndex=milestone.milestone_index, changes=changed)
                 )
         if changes or milestone_changes:
             events.append(
                 NewEvent(
-                    EventType.PROJECT_CHANGED,
                     address,
-                    {"block": block, "changes": changes, "milestones": milestone_changes},
+                    ProjectChangedPayload(
+                        block=block, changes=changes, milestones=milestone_changes
+                    ),
                 )
             )
     return events
@@ -146,21 +156,20 @@ def reorg_events(
     removed_sorted = sorted(removed)
     events = [
         NewEvent(
-            EventType.CHAIN_REORG,
             chain_subject(chain_id),
-            {
-                "chainId": chain_id,
-                "forkBlock": fork_block,
-                "depth": max(0, synced_block - fork_block),
-                "previousSyncedBlock": synced_block,
-                "headBlock": head_block,
-                "removedProjects": removed_sorted,
-                "resnapshotProjects": sorted(resnapshot),
-            },
+            ChainReorgPayload(
+                chainId=chain_id,
+                forkBlock=fork_block,
+                depth=max(0, synced_block - fork_block),
+                previousSyncedBlock=synced_block,
+                headBlock=head_block,
+                removedProjects=removed_sorted,
+                resnapshotProjects=sorted(resnapshot),
+            ),
         )
     ]
     events.extend(
-        NewEvent(EventType.PROJECT_REMOVED, address, {"reason": "reorg", "forkBlock": fork_block})
+        NewEvent(address, ProjectRemovedPayload(reason="reorg", forkBlock=fork_block))
         for address in removed_sorted
     )
     return events
@@ -168,6 +177,6 @@ def reorg_events(
 
 def registry_reset_events(removed: set[str]) -> list[NewEvent]:
     return [
-        NewEvent(EventType.PROJECT_REMOVED, address, {"reason": "registry_changed"})
+        NewEvent(address, ProjectRemovedPayload(reason="registry_changed"))
         for address in sorted(removed)
     ]

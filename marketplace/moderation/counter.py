@@ -23,9 +23,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-import asyncpg
-
-from marketplace.events.types import EventType, NewEvent, user_subject
+from marketplace.events.types import (
+    ModerationOffensePayload,
+    ModerationSuspendedPayload,
+    ModerationSuspensionLiftedPayload,
+    NewEvent,
+    user_subject,
+)
 from marketplace.moderation.errors import iso_utc
 from marketplace.moderation.offenses import SuspensionPolicy, suspension_after, window_total
 from marketplace.shards import ShardContext, UserCommand
@@ -83,8 +87,8 @@ class RecordOffense(UserCommand):
             if stored is not None:
                 return self._replayed(stored)
             state = await repo.suspension_state(conn, self.user_id, at)
-            if state["active_until"] is not None:
-                return RefusedWhileSuspended(state["active_until"])
+            if state.active_until is not None:
+                return RefusedWhileSuspended(state.active_until)
             inserted = await repo.insert_offense(
                 conn,
                 offense_id=self.offense_id,
@@ -95,7 +99,7 @@ class RecordOffense(UserCommand):
             )
             if not inserted:  # only under the lock of another user: an id reused by mistake
                 raise RuntimeError(f"offense {self.offense_id} exists for another user")
-            since: datetime | None = state["counting_since"]
+            since = state.counting_since
             times = await repo.offense_times(conn, self.user_id, at - policy.window)
             counted = window_total(times, at, policy.window, since)
             until = suspension_after(times, at, policy, since)
@@ -126,14 +130,13 @@ class RecordOffense(UserCommand):
         )
         events = [
             NewEvent(
-                EventType.MODERATION_OFFENSE,
                 user_subject(self.user_id),
-                {
-                    "offenseId": offense_id,
-                    "userId": str(self.user_id),
-                    "context": self.context,
-                    "windowTotal": counted,
-                },
+                ModerationOffensePayload(
+                    offenseId=offense_id,
+                    userId=str(self.user_id),
+                    context=self.context,
+                    windowTotal=counted,
+                ),
             )
         ]
         suspension_id = None
@@ -161,26 +164,25 @@ class RecordOffense(UserCommand):
             )
             events.append(
                 NewEvent(
-                    EventType.MODERATION_SUSPENDED,
                     user_subject(self.user_id),
-                    {
-                        "suspensionId": str(suspension_id),
-                        "userId": str(self.user_id),
-                        "suspendedUntil": iso_utc(until),
-                    },
+                    ModerationSuspendedPayload(
+                        suspensionId=str(suspension_id),
+                        userId=str(self.user_id),
+                        suspendedUntil=iso_utc(until),
+                    ),
                 )
             )
         await events_repo.append(conn, events)  # last: see the events repository
         return OffenseRecorded(self.offense_id, at, suspension_id, until, replayed=False)
 
-    def _replayed(self, row: asyncpg.Record) -> OffenseRecorded:
-        if row["user_id"] != self.user_id:
+    def _replayed(self, row: repo.OffenseRow) -> OffenseRecorded:
+        if row.user_id != self.user_id:
             raise RuntimeError(f"offense {self.offense_id} exists for another user")
         return OffenseRecorded(
             self.offense_id,
-            row["created_at"],
-            row["suspension_id"],
-            row["suspension_ends_at"],
+            row.created_at,
+            row.suspension_id,
+            row.suspension_ends_at,
             replayed=True,
         )
 
@@ -211,9 +213,7 @@ class LiftSuspension(UserCommand):
             rows = await repo.lift_active(conn, self.user_id, self.admin_user_id, at)
             if not rows:
                 return ()
-            lifted = tuple(
-                LiftedSuspension(row["id"], row["ends_at"], row["lifted_at"]) for row in rows
-            )
+            lifted = tuple(LiftedSuspension(row.id, row.ends_at, row.lifted_at) for row in rows)
             for suspension in lifted:
                 await audit.record(
                     conn,
@@ -230,13 +230,12 @@ class LiftSuspension(UserCommand):
                 conn,
                 [
                     NewEvent(
-                        EventType.MODERATION_SUSPENSION_LIFTED,
                         user_subject(self.user_id),
-                        {
-                            "suspensionId": str(s.suspension_id),
-                            "userId": str(self.user_id),
-                            "liftedByUserId": str(self.admin_user_id),
-                        },
+                        ModerationSuspensionLiftedPayload(
+                            suspensionId=str(s.suspension_id),
+                            userId=str(self.user_id),
+                            liftedByUserId=str(self.admin_user_id),
+                        ),
                     )
                     for s in lifted
                 ],

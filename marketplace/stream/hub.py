@@ -39,7 +39,6 @@ import redis.asyncio as aioredis
 from marketplace.aio import raise_if_cancelling
 from marketplace.config import Settings
 from marketplace.errors import ServiceUnavailable
-from marketplace.events.consumer import EventStream
 from marketplace.events.types import Event
 from marketplace.metrics import (
     STREAM_DELIVERY_LATENCY,
@@ -48,6 +47,7 @@ from marketplace.metrics import (
     STREAMS_CLOSED,
     STREAMS_OPEN,
 )
+from marketplace.outbox.consumer import EventStream
 from marketplace.storage.repositories import api_keys as api_keys_repo
 from marketplace.storage.repositories import events as events_repo
 from marketplace.stream import sse

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from pydantic import Field
 
-from marketplace.types import QueryModel, ResponseModel
+from marketplace.types import JsonObject, QueryModel, ResponseModel
 
 # Outbox ids are bigserial.
 MAX_EVENT_ID = 2**63 - 1
@@ -33,4 +32,4 @@ class StreamEventData(ResponseModel):
     type: str = Field(description="the event type; also the message's SSE `event`")
     subject: str = Field(description="what the event is about, e.g. a lower-case project address")
     createdAt: datetime = Field(description="start time of the transaction that wrote the event")
-    payload: dict[str, Any] = Field(description="the payload; its fields depend on the type")
+    payload: JsonObject = Field(description="the payload; its fields depend on the type")

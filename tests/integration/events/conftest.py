@@ -18,12 +18,13 @@ import asyncpg
 import pytest
 import redis.asyncio as aioredis
 
-from marketplace.events.consumer import EventStream
-from marketplace.events.relay import EventRelay, RelayConfig
-from marketplace.events.types import Event, EventType, NewEvent
-from marketplace.storage.pool import create_pool
+from marketplace.events.types import Event, NewEvent, ProjectRemovedPayload
+from marketplace.outbox.consumer import EventStream
+from marketplace.outbox.relay import EventRelay, RelayConfig
 from marketplace.storage.repositories import events as repo
-from tests.conftest import Servers, reset_state
+from tests.conftest import Servers
+from tests.support.db import open_pool
+from tests.support.waiting import eventually
 
 STREAM = "marketplace:events"
 RELAY_CONFIG = RelayConfig(
@@ -38,10 +39,8 @@ RELAY_CONFIG = RelayConfig(
 
 @pytest.fixture
 async def pool(servers: Servers) -> AsyncIterator[asyncpg.Pool]:
-    await reset_state(servers)
-    pool = await create_pool(servers.database_url, min_size=1, max_size=12)
-    yield pool
-    await pool.close()
+    async with open_pool(servers, max_size=12) as pool:
+        yield pool
 
 
 @pytest.fixture
@@ -113,11 +112,7 @@ def stream(redis: aioredis.Redis, pool: asyncpg.Pool) -> EventStream:
 
 def removal(i: int) -> NewEvent:
     """A small event of a real type (its subject is a random address)."""
-    return NewEvent(
-        EventType.PROJECT_REMOVED,
-        "0x" + os.urandom(20).hex(),
-        {"reason": "reorg", "forkBlock": i},
-    )
+    return NewEvent("0x" + os.urandom(20).hex(), ProjectRemovedPayload(reason="reorg", forkBlock=i))
 
 
 async def produce(pool: asyncpg.Pool, transactions: int, per_transaction: int = 1) -> list[int]:
@@ -150,31 +145,24 @@ async def warm_shards(client: Any, within: float = 90.0) -> None:
     from marketplace.errors import ServiceUnavailable
     from marketplace.http import keys
 
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            await client.app[keys.PROJECT_SHARDS].ping_all()
-            return
-        except ServiceUnavailable:
-            if time.monotonic() > deadline:
-                raise
+    async def answered() -> bool:
+        await client.app[keys.PROJECT_SHARDS].ping_all()
+        return True
 
-
-async def wait_until(
-    condition: Callable[[], Awaitable[bool]], within: float = 10.0, what: str = "condition"
-) -> None:
-    deadline = time.monotonic() + within
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
+    await eventually(
+        answered,
+        within=within,
+        what="the shard actors to answer",
+        interval=0,
+        retry_on=(ServiceUnavailable,),
+    )
 
 
 async def wait_relayed(pool: asyncpg.Pool, upto: int, within: float = 10.0) -> None:
     async def done() -> bool:
         return await repo.relay_cursor(pool) >= upto
 
-    await wait_until(done, within, f"relay cursor at {upto}")
+    await eventually(done, within=within, what=f"relay cursor at {upto}", interval=0.02)
 
 
 async def collect(

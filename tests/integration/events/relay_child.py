@@ -14,7 +14,7 @@ import sys
 import asyncpg
 import redis.asyncio as aioredis
 
-from marketplace.events.relay import EventRelay
+from marketplace.outbox.relay import EventRelay
 from tests.integration.events.conftest import RELAY_CONFIG
 
 

@@ -11,11 +11,11 @@ import asyncpg
 import pytest
 
 from marketplace.chain.rpc import JsonRpcClient
-from marketplace.devnet.anvil import AnvilProcess
-from marketplace.devnet.deploy import Deployment
 from marketplace.indexer.engine import IndexerEngine
 from marketplace.storage.pool import fetch_one
 from marketplace.storage.repositories import events as repo
+from marketplace_devstack.devnet.anvil import AnvilProcess
+from marketplace_devstack.devnet.deploy import Deployment
 from tests.conftest import Servers, new_user
 from tests.contracts.helpers import USDC, Chain, h
 from tests.integration.claims.conftest import accept_all_legal, link_dev_wallet
@@ -28,6 +28,7 @@ from tests.integration.claims.test_claims import (
 )
 from tests.integration.events.conftest import warm_shards
 from tests.integration.records.conftest import link_dev_account
+from tests.support.apps import app_client
 from tests.support.chain import (
     chain_settings,
     indexer_config,
@@ -68,10 +69,8 @@ async def client(
     pool: asyncpg.Pool,
     chain: Chain,
 ) -> Any:
-    from marketplace.http.app import create_app
-
     settings = chain_settings(servers, *devnet, module_namespace, events_relay_enabled=False)
-    client = await aiohttp_client(create_app(settings))
+    client = await app_client(aiohttp_client, settings)
     await warm_shards(client)
     return client
 

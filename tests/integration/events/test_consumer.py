@@ -10,14 +10,14 @@ import random
 import asyncpg
 import redis.asyncio as aioredis
 
-from marketplace.events.consumer import EventHead, EventStream
 from marketplace.events.types import (
     ChainReorg,
-    EventType,
+    ChainReorgPayload,
     NewEvent,
     ProjectRemoved,
     UnknownEvent,
 )
+from marketplace.outbox.consumer import EventHead, EventStream
 from marketplace.storage.repositories import events as repo
 from tests.integration.events.conftest import (
     STREAM,
@@ -38,17 +38,16 @@ async def test_subscribe_resumes_after_an_id_and_filters_types(
     for i in range(12):
         async with pool.acquire() as conn, conn.transaction():
             other = NewEvent(
-                EventType.CHAIN_REORG,
                 "chain:31337",
-                {
-                    "chainId": 31337,
-                    "forkBlock": i,
-                    "depth": 1,
-                    "previousSyncedBlock": i + 1,
-                    "headBlock": i + 2,
-                    "removedProjects": [],
-                    "resnapshotProjects": [],
-                },
+                ChainReorgPayload(
+                    chainId=31337,
+                    forkBlock=i,
+                    depth=1,
+                    previousSyncedBlock=i + 1,
+                    headBlock=i + 2,
+                    removedProjects=[],
+                    resnapshotProjects=[],
+                ),
             )
             ids += await repo.append(conn, [removal(i), other])
     await start_relay()

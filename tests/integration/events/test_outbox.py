@@ -11,7 +11,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from marketplace.events.types import EventType, NewEvent
+from marketplace.events.types import ChainReorgPayload, EventType, NewEvent
 from marketplace.storage.repositories import events as repo
 from tests.integration.events.conftest import committed_ids, removal
 
@@ -148,7 +148,18 @@ async def test_concurrent_producers_never_show_a_smaller_id_after_a_larger_one(
 
 def reorg(i: int) -> NewEvent:
     """An event of another type than :func:`removal`'s."""
-    return NewEvent(EventType.CHAIN_REORG, "chain", {"forkBlock": i})
+    return NewEvent(
+        "chain:1",
+        ChainReorgPayload(
+            chainId=1,
+            forkBlock=i,
+            depth=0,
+            previousSyncedBlock=i,
+            headBlock=i,
+            removedProjects=[],
+            resnapshotProjects=[],
+        ),
+    )
 
 
 REMOVED = [str(EventType.PROJECT_REMOVED)]

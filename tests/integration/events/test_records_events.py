@@ -10,8 +10,8 @@ import asyncpg
 import pytest
 import redis.asyncio as aioredis
 
-from marketplace.events.consumer import EventStream
 from marketplace.events.types import BidDraftCreated, BidDraftUpdated, DisputeEvidenceSubmitted
+from marketplace.outbox.consumer import EventStream
 from marketplace.storage.repositories import events as repo
 from tests.api.records.conftest import (
     HASH_A,
@@ -23,17 +23,16 @@ from tests.api.records.conftest import (
 )
 from tests.conftest import Servers, make_settings
 from tests.integration.events.conftest import collect, stream_ids, warm_shards
+from tests.support.apps import app_client
 
 
 @pytest.fixture
 async def client(
     aiohttp_client: Any, servers: Servers, ray_cluster: None, pool: asyncpg.Pool
 ) -> Any:
-    from marketplace.http.app import create_app
-
     # The app's own relay runs (with a short poll): it is part of what is tested here.
     settings = make_settings(servers, events_relay_poll_interval_ms=50)
-    client = await aiohttp_client(create_app(settings))
+    client = await app_client(aiohttp_client, settings)
     await warm_shards(client)
     return client
 

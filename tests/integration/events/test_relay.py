@@ -14,8 +14,8 @@ from pathlib import Path
 import asyncpg
 import redis.asyncio as aioredis
 
-from marketplace.events.consumer import EventStream
-from marketplace.events.relay import EventRelay, relay_application_name
+from marketplace.outbox.consumer import EventStream
+from marketplace.outbox.relay import EventRelay, relay_application_name
 from marketplace.storage.repositories import events as repo
 from tests.conftest import Servers
 from tests.integration.events.conftest import (
@@ -27,8 +27,8 @@ from tests.integration.events.conftest import (
     stream_entries,
     stream_ids,
     wait_relayed,
-    wait_until,
 )
+from tests.support.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[3]
 RELAY_LOCK_HELD = """
@@ -68,7 +68,7 @@ async def test_a_commit_wakes_the_relay_before_its_poll_interval(
     async def active() -> bool:
         return running.relay.active
 
-    await wait_until(active, 5, "the relay to become active")
+    await eventually(active, within=5, what="the relay to become active", interval=0.02)
     await asyncio.sleep(0.2)  # idle now, waiting for a notification or 30 s
     started = time.monotonic()
     ids = await produce(pool, 1)
@@ -152,7 +152,7 @@ async def test_one_relay_is_active_and_a_standby_takes_over_when_it_stops(
     async def a_active() -> bool:
         return a.relay.active
 
-    await wait_until(a_active, 5, "relay A to become active")
+    await eventually(a_active, within=5, what="relay A to become active", interval=0.02)
     # Operators can tell which process holds the lock.
     holders = await pool.fetch(RELAY_LOCK_HOLDERS, repo.RELAY_LOCK_KEY)
     assert [h["application_name"] for h in holders] == [relay_application_name()]
@@ -169,7 +169,7 @@ async def test_one_relay_is_active_and_a_standby_takes_over_when_it_stops(
     async def b_active() -> bool:
         return b.relay.active
 
-    await wait_until(b_active, 3, "relay B to take over")
+    await eventually(b_active, within=3, what="relay B to take over", interval=0.02)
     more = await produce(pool, 10)
     await wait_relayed(pool, more[-1])
     assert b.relay.relayed == 10
@@ -196,7 +196,9 @@ async def test_a_relay_process_killed_after_xadd_is_replaced_and_nothing_is_lost
         async def child_holds_lock() -> bool:
             return await relay_lock_held(pool)
 
-        await wait_until(child_holds_lock, 30, "the child relay to take the lock")
+        await eventually(
+            child_holds_lock, within=30, what="the child relay to take the lock", interval=0.02
+        )
         standby = await start_relay()
         await asyncio.sleep(0.5)
         assert not standby.relay.active
@@ -236,4 +238,4 @@ async def test_retention_deletes_only_relayed_events_past_the_age(
     async def swept() -> bool:
         return await committed_ids(pool) == ids[4:]
 
-    await wait_until(swept, 5, "the relay's retention sweep")
+    await eventually(swept, within=5, what="the relay's retention sweep", interval=0.02)

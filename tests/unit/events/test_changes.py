@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -11,14 +12,17 @@ from typing import Any
 
 import pytest
 
-from marketplace.capabilities import CAPABILITIES
 from marketplace.events.types import (
     EVENT_MODELS,
+    PAYLOAD_MODELS,
+    BidDraftUpdatedPayload,
     ChainReorg,
     EventType,
+    NewEvent,
     ProjectChanged,
     ProjectCreated,
     ProjectRemoved,
+    ProjectRemovedPayload,
     UnknownEvent,
     parse_event,
 )
@@ -97,9 +101,11 @@ def stored(row: Any) -> dict[str, Any]:
     return values
 
 
-def typed(events: list[Any]) -> list[Any]:
+def typed(events: list[NewEvent]) -> list[Any]:
+    """The events as a consumer parses them from the outbox's JSON."""
     return [
-        parse_event(i + 1, str(e.type), e.subject, CREATED, e.payload) for i, e in enumerate(events)
+        parse_event(i + 1, str(e.type), e.subject, CREATED, json.loads(e.payload_json()))
+        for i, e in enumerate(events)
     ]
 
 
@@ -185,7 +191,9 @@ def test_unix_seconds_are_decimal_strings_as_in_the_read_api() -> None:
     before = {ADDRESS: stored(project(project_mode="challenge"))}
     after = project(project_mode="challenge", challenge_submission_deadline=1_700_000_000)
     (event,) = snapshot_events(before, {}, [(after, [], CREATION)], {ADDRESS}, block=1)
-    assert event.payload["changes"] == {"challengeSubmissionDeadline": "1700000000"}
+    assert json.loads(event.payload_json())["changes"] == {
+        "challengeSubmissionDeadline": "1700000000"
+    }
 
 
 def test_a_reorg_is_announced_before_its_removals() -> None:
@@ -212,7 +220,10 @@ def test_a_reorg_is_announced_before_its_removals() -> None:
 
 
 def test_a_registry_reset_removes_every_project() -> None:
-    (event,) = typed(registry_reset_events({ADDRESS}))
+    (new,) = registry_reset_events({ADDRESS})
+    # A field left at its default is not written: the JSON is the documented one, no null.
+    assert new.payload_json() == '{"reason":"registry_changed"}'
+    (event,) = typed([new])
     assert isinstance(event, ProjectRemoved)
     assert event.payload.reason == "registry_changed"
     assert event.payload.forkBlock is None
@@ -233,9 +244,7 @@ def test_unknown_types_and_added_fields_still_parse() -> None:
     assert newer.payload.model_extra == {"addedLater": True}
 
 
-def test_every_event_type_is_declared_by_exactly_one_capability() -> None:
-    declared = [t for capability in CAPABILITIES for t in capability.produces]
-    assert sorted(declared) == sorted(EventType)
+def test_every_event_type_has_a_payload_model() -> None:
     assert set(EVENT_MODELS) == set(EventType)
 
 
@@ -243,3 +252,36 @@ def test_docs_list_every_event_type() -> None:
     text = (Path(__file__).resolve().parents[3] / "docs" / "events.md").read_text()
     documented = re.findall(r"^\| `([a-z_.]+)` \|", text, re.M)
     assert sorted(documented) == sorted(EventType)
+
+
+def _documented_fields() -> dict[str, set[str]]:
+    """Per event type, the names docs/events.md's table puts in backticks in its payload column
+    ("as `<type>`" borrows that type's)."""
+    text = (Path(__file__).resolve().parents[3] / "docs" / "events.md").read_text()
+    rows = dict(re.findall(r"^\| `([a-z_.]+)` \|.*\| ([^|]*) \|$", text, re.M))
+    fields: dict[str, set[str]] = {}
+    for name, column in rows.items():
+        borrowed = re.fullmatch(r"as `([a-z_.]+)`", column.strip())
+        fields[name] = set(re.findall(r"`([A-Za-z]+)`", rows[borrowed[1]] if borrowed else column))
+    return fields
+
+
+def test_each_type_has_its_own_payload_model_with_the_documented_field_names() -> None:
+    assert set(PAYLOAD_MODELS) == set(EventType)
+    documented = _documented_fields()
+    for name, model in PAYLOAD_MODELS.items():
+        assert model.event_type == name
+        assert set(model.model_fields) <= documented[name], name
+        assert EVENT_MODELS[name].model_fields["payload"].annotation is model
+    # Two types never share a model, so a producer's model alone says which type it writes.
+    assert len(set(PAYLOAD_MODELS.values())) == len(PAYLOAD_MODELS)
+
+
+def test_a_new_event_takes_its_type_from_its_payload_model() -> None:
+    removal = NewEvent(ADDRESS, ProjectRemovedPayload(reason="reorg", forkBlock=7))
+    assert removal.type == EventType.PROJECT_REMOVED
+    assert json.loads(removal.payload_json()) == {"reason": "reorg", "forkBlock": 7}
+    draft = BidDraftUpdatedPayload(
+        draftId="d", projectAddress=ADDRESS, bidderAddress=OWNER, draftHash="0x", userId="u"
+    )
+    assert NewEvent(ADDRESS, draft).type == EventType.BID_DRAFT_UPDATED

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from marketplace.events.leader import OutboxLeader
+from marketplace.outbox.leader import OutboxLeader
 
 
 async def test_a_full_batch_goes_again_at_once() -> None:

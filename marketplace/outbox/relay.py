@@ -35,7 +35,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from marketplace.config import Settings
-from marketplace.events.leader import OutboxLeader
+from marketplace.outbox.leader import OutboxLeader
 from marketplace.storage.repositories import events as repo
 
 log = logging.getLogger(__name__)

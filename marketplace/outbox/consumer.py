@@ -50,9 +50,7 @@ def _entry_id(entry_id: bytes | str) -> int:
     return int(_text(entry_id).split("-", 1)[0])
 
 
-def _parsed(
-    event_id: int, type: str, subject: str, created_at: Any, payload: dict[str, Any]
-) -> Event:
+def _parsed(event_id: int, type: str, subject: str, created_at: object, payload: object) -> Event:
     try:
         return parse_event(event_id, type, subject, created_at, payload)
     except ValidationError:
