@@ -9,8 +9,8 @@ directory removed afterwards:
    verified e-mail: senders, and for each measured phase ``ceil(events / 5)`` recipients of five
    DMs each, so with the default limit (``MARKETPLACE_NOTIFICATION_RATE_LIMIT`` = ``5/3600`` per
    recipient and event type) every delivery may be sent and none is ``rate_limited``;
-2. the embedded SMTP server (``python -m marketplace.embedded.smtp``: aiosmtpd writing every
-   message as an ``.eml`` file) as a process of its own;
+2. the embedded SMTP server (``python -m marketplace_devstack.embedded.smtp``: aiosmtpd writing
+   every message as an ``.eml`` file) as a process of its own;
 3. ``ours``: the real app (``create_app``, as ``marketplace serve`` runs it) in a server process
    with its private Ray runtime: the notifications consumer (outbox -> delivery rows + jobs), the
    rate-limiter actor, and the ``notifications`` job workers (Ray actors, the default count and
@@ -365,13 +365,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from pydantic import SecretStr
 
     from marketplace.config import Settings
-    from marketplace.embedded.postgres import EmbeddedPostgres
-    from marketplace.embedded.procs import free_port
-    from marketplace.embedded.redis import EmbeddedRedis
-    from marketplace.embedded.smtp import EmbeddedSmtp
     from marketplace.notifications.sending import NOTIFICATIONS_QUEUE
     from marketplace.storage.migrations import migrate_dsn
     from marketplace.storage.pool import create_pool
+    from marketplace_devstack.embedded.postgres import EmbeddedPostgres
+    from marketplace_devstack.embedded.procs import free_port
+    from marketplace_devstack.embedded.redis import EmbeddedRedis
+    from marketplace_devstack.embedded.smtp import EmbeddedSmtp
 
     paced_events = paced_count(args)
     data_dir = Path(tempfile.mkdtemp(prefix="mkt-bench-notify-", dir="/tmp"))

@@ -166,10 +166,11 @@ class ChainSetup:
     with locally managed nonces, automine off and one ``evm_mine`` per ``BLOCK_GAS`` of
     transactions (the block gas limit raised meanwhile); gas estimated once per function;
     success read from the blocks' logs (every call here emits an event), as
-    :mod:`marketplace.devnet.seed` does. Senders: anvil dev accounts 3 (owner) and 4 (worker)."""
+    :mod:`marketplace_devstack.devnet.seed` does. Senders: anvil dev accounts 3 (owner) and 4
+    (worker)."""
 
     def __init__(self, rpc_url: str, data_dir: Path, registry: str) -> None:
-        from marketplace.devnet.client import DevnetClient
+        from marketplace_devstack.devnet.client import DevnetClient
 
         self.client = DevnetClient.from_data_dir(data_dir, rpc_url=rpc_url, registry=registry)
         self.rpc = self.client.rpc
@@ -191,7 +192,7 @@ class ChainSetup:
         from eth_utils import keccak
 
         from marketplace.chain.enums import DisputePhase, DisputeReason, ProjectStatus
-        from marketplace.devnet.client import MAX_UINT256
+        from marketplace_devstack.devnet.client import MAX_UINT256
 
         usdc, reg = self.client.usdc_abi.functions, self.client.registry_abi.functions
         prj = self.client.project_abi.functions
@@ -225,7 +226,11 @@ class ChainSetup:
             )
             event = self.client.registry_abi.events["ProjectCreated"]
             projects = [
-                next(event.decode_log(x)["project"] for x in logs if x["topics"][0] == event.topic0)
+                next(
+                    str(event.decode_log(x)["project"])
+                    for x in logs
+                    if x["topics"][0] == event.topic0
+                )
                 for logs in created
             ]
             steps: list[tuple[str, str, Any]] = [
@@ -259,8 +264,8 @@ class ChainSetup:
     def phase(self, calls: list[Call]) -> list[list[dict[str, Any]]]:
         """Send ``calls`` and mine them; the logs of each, in order (a call without logs
         failed: raises with its receipt's status)."""
-        from marketplace.devnet.client import DevnetRpcError as RpcError
-        from marketplace.devnet.client import decode_revert, revert_data_of
+        from marketplace_devstack.devnet.client import DevnetRpcError as RpcError
+        from marketplace_devstack.devnet.client import decode_revert, revert_data_of
 
         first = int(self.rpc.call("eth_blockNumber"), 16) + 1
         txs = []
@@ -418,7 +423,8 @@ def start_ours(port: int, extra: list[str], log: Path) -> Server:
 # --- measuring --------------------------------------------------------------------------------
 
 TIMES = """
-SELECT v.id, v.status AS done, j.status, j.attempt_count,
+SELECT v.id, CASE WHEN v.completed_at IS NOT NULL THEN 'completed' END AS done, j.status,
+       j.attempt_count,
        extract(epoch FROM v.created_at)::float8 AS created,
        extract(epoch FROM j.started_at)::float8 AS running,
        extract(epoch FROM coalesce(v.completed_at, j.finished_at))::float8 AS finished,
@@ -546,7 +552,7 @@ async def run_pool(
     bodies: dict[str, list[dict[str, Any]]],
 ) -> list[dict[str, Any]]:
     """``bodies``: each phase's requests, one disputed project each (see job_counts)."""
-    from marketplace.embedded.procs import free_port
+    from marketplace_devstack.embedded.procs import free_port
 
     server = start_ours(
         free_port(),
@@ -603,10 +609,10 @@ async def run_pool(
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from marketplace.config import Settings
-    from marketplace.devnet.node import start_devnet
-    from marketplace.embedded.postgres import EmbeddedPostgres
-    from marketplace.embedded.redis import EmbeddedRedis
     from marketplace.storage.migrations import migrate_dsn
+    from marketplace_devstack.devnet.node import start_devnet
+    from marketplace_devstack.embedded.postgres import EmbeddedPostgres
+    from marketplace_devstack.embedded.redis import EmbeddedRedis
 
     data_dir = Path(tempfile.mkdtemp(prefix="mkt-bench-verifier-", dir="/tmp"))
     os.chmod(data_dir, 0o755)

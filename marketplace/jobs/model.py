@@ -13,7 +13,9 @@ import re
 import traceback
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
 
 # Queue names end up in actor names, metric labels and the Redis metrics hash (where `|`
 # separates fields), so they are kept to a small safe alphabet; the table checks the same.
@@ -23,10 +25,41 @@ MAX_ERROR_CHARS = 4000
 
 
 class JobStatus(enum.StrEnum):
+    """A job's state; the ``jobs.status`` column holds these values as text."""
+
     QUEUED = "queued"
     RUNNING = "running"
     COMPLETED = "completed"
     FAILED = "failed"
+
+
+class AttemptPhase(enum.Enum):
+    """Where one attempt is, as its worker sees it: ``RUNNING`` (the handler runs; its lease is
+    renewed) -> ``COMPLETING`` (the completion is being written; the heartbeat leaves it alone)
+    -> ``COMPLETED``; or ``FINISHING`` (the attempt failed or is handed back, and the worker is
+    recording it). A completion that fails returns the attempt to ``RUNNING``."""
+
+    RUNNING = "running"
+    COMPLETING = "completing"
+    COMPLETED = "completed"
+    FINISHING = "finishing"
+
+
+class JobPayload(BaseModel):
+    """Base of every queue's payload model (``QueueSpec[P]``): the JSON object stored in
+    ``jobs.payload``, validated when it is enqueued and again when a worker claims it. Field
+    names in the JSON are the aliases (camelCase, as stored before payloads were typed); Python
+    code uses the field names. A field the model does not know is refused."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    def to_json(self) -> dict[str, object]:
+        # A value of the wrong type (a model built with model_construct) is an error here, not
+        # a warning: what is stored must validate when a worker claims it.
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True, warnings="error")
+
+
+P = TypeVar("P", bound=JobPayload)
 
 
 # (from, to) pairs a job may take. A running job returns to queued when an attempt fails with
@@ -65,13 +98,18 @@ class LeaseLost(Exception):
     job, or the job finished elsewhere): nothing this worker does for the job may commit."""
 
 
+class InvalidPayload(PermanentJobError):
+    """The claimed job's payload does not validate against its queue's model: no attempt could
+    succeed, so the job fails at once (its ``error_message`` says which fields)."""
+
+
 @dataclass(frozen=True)
-class Job:
+class Job(Generic[P]):
     """One claimed attempt of a job, as the handler sees it."""
 
     id: int
     queue: str
-    payload: dict[str, Any]
+    payload: P
     # The number of this attempt (1 on the first run).
     attempt: int
     max_attempts: int
@@ -121,22 +159,52 @@ class Fail:
     reason: str  # "permanent" or "exhausted"
 
 
+@dataclass(frozen=True)
+class JobFailure:
+    """A failed attempt as the queue records it, handed to the queue's ``on_failure`` hook
+    inside the transaction that records it (so a domain row that mirrors the job's outcome
+    changes with it). ``status`` is the job's state afterwards: ``QUEUED`` (another attempt
+    follows) or ``FAILED`` (final)."""
+
+    job_id: int
+    attempt: int
+    status: JobStatus
+    # API-safe: the exception's type and message, never a traceback.
+    error_message: str
+
+    @property
+    def final(self) -> bool:
+        return self.status is JobStatus.FAILED
+
+
 def after_failure(
-    job: Job, *, permanent: bool, backoff: Backoff, rng: random.Random | None = None
+    attempt: int,
+    max_attempts: int,
+    *,
+    permanent: bool,
+    backoff: Backoff,
+    rng: random.Random | None = None,
 ) -> Retry | Fail:
-    """What a failed attempt leads to: another attempt after a backoff, or ``failed``."""
+    """What a failed attempt (the ``attempt``-th of ``max_attempts``) leads to: another attempt
+    after a backoff, or ``failed``."""
     if permanent:
         return Fail("permanent")
-    if job.is_last_attempt:
+    if attempt >= max_attempts:
         return Fail("exhausted")
-    return Retry(backoff.delay(job.attempt, rng))
+    return Retry(backoff.delay(attempt, rng))
+
+
+def error_message(exc: BaseException, limit: int = MAX_ERROR_CHARS) -> str:
+    """``error_message`` text, the failure as an API may show it: the exception's type and
+    message, without frames, cut to ``limit`` characters."""
+    message = str(exc)
+    head = f"{type(exc).__qualname__}: {message}" if message else type(exc).__qualname__
+    return head if len(head) <= limit else head[: limit - 1] + "…"
 
 
 def describe_error(exc: BaseException, limit: int = MAX_ERROR_CHARS) -> str:
-    """``last_error`` text: the exception line first (what an operator scans for), then the
-    innermost frames, cut to ``limit`` characters."""
-    message = str(exc)
-    head = f"{type(exc).__qualname__}: {message}" if message else type(exc).__qualname__
+    """``last_error`` text, for operators: the exception line first (what an operator scans
+    for), then the innermost frames, cut to ``limit`` characters."""
     frames = traceback.format_tb(exc.__traceback__)[-5:]
-    text = head + ("\n" + "".join(frames).rstrip() if frames else "")
+    text = error_message(exc, limit) + ("\n" + "".join(frames).rstrip() if frames else "")
     return text if len(text) <= limit else text[: limit - 1] + "…"

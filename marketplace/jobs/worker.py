@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import random
 import time
 from collections import Counter
@@ -26,15 +25,22 @@ from marketplace.aio import cancel_and_wait, wait_event
 from marketplace.config import Settings
 from marketplace.jobs.metrics import JobMetricsRecorder
 from marketplace.jobs.model import (
+    AttemptPhase,
     Backoff,
     Fail,
+    InvalidPayload,
     Job,
+    JobFailure,
+    JobStatus,
     LeaseLost,
+    P,
     PermanentJobError,
     after_failure,
     describe_error,
+    error_message,
 )
 from marketplace.jobs.registry import JobContext, QueueSpec
+from marketplace.storage.pool import Conn, Connection
 from marketplace.storage.repositories import jobs as repo
 
 log = logging.getLogger(__name__)
@@ -58,7 +64,7 @@ class WorkerConfig:
         return self.lease_seconds / 3
 
     @classmethod
-    def from_settings(cls, settings: Settings, spec: QueueSpec) -> WorkerConfig:
+    def from_settings(cls, settings: Settings, spec: QueueSpec[Any]) -> WorkerConfig:
         return cls(
             concurrency=spec.effective_concurrency(settings),
             lease_seconds=settings.jobs_lease_seconds,
@@ -69,24 +75,25 @@ class WorkerConfig:
         )
 
 
-def job_from_row(row: asyncpg.Record) -> Job:
-    payload = row["payload"]
+def job_of(spec: QueueSpec[P], claimed: repo.ClaimedJob) -> Job[P]:
+    """The claimed job with its payload validated against the queue's model
+    (:class:`InvalidPayload` when it does not validate)."""
     return Job(
-        id=row["id"],
-        queue=row["queue"],
-        payload=payload if isinstance(payload, dict) else {},
-        attempt=row["attempt_count"],
-        max_attempts=row["max_attempts"],
-        created_at=row["created_at"],
-        due_at=row["next_attempt_at"],
-        idempotency_key=row["idempotency_key"],
+        id=claimed.id,
+        queue=claimed.queue,
+        payload=spec.decode(claimed.payload),
+        attempt=claimed.attempt,
+        max_attempts=claimed.max_attempts,
+        created_at=claimed.created_at,
+        due_at=claimed.due_at,
+        idempotency_key=claimed.idempotency_key,
     )
 
 
 @dataclass
 class _Attempt:
-    job: Job
-    ctx: JobContext
+    job: Job[Any]
+    ctx: JobContext[Any]
     started: float
     deadline: float
     task: asyncio.Task[None] | None = None
@@ -96,7 +103,7 @@ class _Attempt:
 class JobWorker:
     def __init__(
         self,
-        spec: QueueSpec,
+        spec: QueueSpec[Any],
         pool: asyncpg.Pool,
         settings: Settings,
         *,
@@ -134,16 +141,9 @@ class JobWorker:
         if queue == self.spec.name:
             self._wake.set()
 
-    def status(self) -> dict[str, Any]:
-        return {
-            "queue": self.spec.name,
-            "owner": self.owner,
-            "pid": os.getpid(),
-            "active": sorted(self._active),
-            "counts": dict(self.counts),
-            "last_error": self.last_error,
-            "stopping": self._stopping,
-        }
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
 
     @property
     def active_jobs(self) -> list[int]:
@@ -185,7 +185,7 @@ class JobWorker:
         with contextlib.suppress(TimeoutError):
             await wait_event(self._wake, seconds)
 
-    async def poll_once(self) -> list[Job]:
+    async def poll_once(self) -> list[Job[Any]]:
         """Reap, prune now and then, and claim up to the free slots; attempts start as tasks."""
         # Cleared before the claim, so a notification arriving during it wakes the next wait.
         self._wake.clear()
@@ -193,14 +193,22 @@ class JobWorker:
         free = self.config.concurrency - len(self._active)
         if free <= 0 or self._stopping:
             return []
-        rows = await repo.claim(
+        claimed = await repo.claim(
             self.pool, self.spec.name, self.owner, free, self.config.lease_seconds
         )
         jobs = []
-        for row in rows:
-            job = job_from_row(row)
+        for row in claimed:
             self.counts["claimed"] += 1
-            self.metrics.claimed(job.queue, row["waited_seconds"])
+            self.metrics.claimed(row.queue, row.waited_seconds)
+            try:
+                job = job_of(self.spec, row)
+            except InvalidPayload as exc:
+                # No attempt could run it: failed at once, with the reason as its error.
+                started = time.monotonic()
+                outcome = await self._record_failure(row.id, row.attempt, row.max_attempts, exc)
+                self.counts[outcome] += 1
+                self.metrics.finished(row.queue, outcome, time.monotonic() - started)
+                continue
             self._start(job)
             jobs.append(job)
         return jobs
@@ -212,19 +220,36 @@ class JobWorker:
         if now - self._last_reap < self.config.poll_interval_seconds:
             return
         self._last_reap = now
-        reaped = await repo.reap_expired(self.pool, self.spec.name)
+        reaped = await self.reap()
         if reaped:
             self.counts["reaped"] += len(reaped)
             self.metrics.reaped(self.spec.name, len(reaped))
             log.warning(
                 "jobs failed after their last attempt's lease expired",
-                extra={"queue": self.spec.name, "jobs": [r["id"] for r in reaped]},
+                extra={"queue": self.spec.name, "jobs": [r.id for r in reaped]},
             )
-        if now - self._last_prune >= PRUNE_EVERY_SECONDS:
+        if now - self._last_prune >= PRUNE_EVERY_SECONDS and not self.spec.keep_completed:
             self._last_prune = now
-            await repo.prune_completed(self.pool, self.config.completed_retention_seconds)
+            await repo.prune_completed(
+                self.pool, self.spec.name, self.config.completed_retention_seconds
+            )
 
-    def _start(self, job: Job) -> None:
+    async def reap(self) -> list[repo.Reaped]:
+        """Fail this queue's jobs whose last attempt's lease expired, and hand them to the
+        queue's failure hook in the same transaction."""
+        hook = self.spec.on_failure
+        if hook is None:
+            return await repo.reap_expired(self.pool, self.spec.name)
+        async with self.pool.acquire() as conn, conn.transaction():
+            reaped = await repo.reap_expired(conn, self.spec.name)
+            if reaped:
+                failed = JobStatus.FAILED
+                await hook(
+                    conn, [JobFailure(r.id, r.attempt, failed, r.error_message) for r in reaped]
+                )
+        return reaped
+
+    def _start(self, job: Job[Any]) -> None:
         ctx = JobContext(
             job, self.pool, self.settings, self.owner, location=self.location, index=self.index
         )
@@ -253,15 +278,15 @@ class JobWorker:
         except asyncio.CancelledError:
             if not attempt.lease_lost:
                 # Stopped by stop(): hand the job back without counting the attempt.
-                ctx.phase = "finishing"
+                ctx.phase = AttemptPhase.FINISHING
                 with contextlib.suppress(Exception):
                     await asyncio.shield(repo.release(self.pool, job.id, self.owner, job.attempt))
                 outcome = "released"
                 raise
             log.warning("job %s: lease lost, attempt cancelled", job.id)
         except Exception as exc:
-            ctx.phase = "finishing"
-            outcome = await self._record_failure(job, exc)
+            ctx.phase = AttemptPhase.FINISHING
+            outcome = await self._record_failure(job.id, job.attempt, job.max_attempts, exc)
         finally:
             # A later attempt of the same job may have replaced this one here (claimed again by
             # this worker after this attempt's lease expired): leave that one in place.
@@ -273,39 +298,59 @@ class JobWorker:
             if len(self._active) == self.config.concurrency - 1:
                 self._wake.set()
 
-    async def _record_failure(self, job: Job, exc: BaseException) -> str:
-        error = describe_error(exc)
+    async def _record_failure(
+        self, job_id: int, attempt: int, max_attempts: int, exc: BaseException
+    ) -> str:
+        """Record a failed attempt: retried or failed, with its API-safe ``error_message``
+        and its traceback as ``last_error``, and the queue's failure hook in the same
+        transaction."""
+        message, error = error_message(exc), describe_error(exc)
         decision = after_failure(
-            job,
+            attempt,
+            max_attempts,
             permanent=isinstance(exc, PermanentJobError),
             backoff=self.config.backoff,
             rng=self.rng,
         )
+        final = isinstance(decision, Fail)
         try:
-            if isinstance(decision, Fail):
-                done = await repo.fail(self.pool, job.id, self.owner, job.attempt, error)
-                if done is None:
+            async with contextlib.AsyncExitStack() as stack:
+                conn: Conn = self.pool
+                hook = self.spec.on_failure
+                transaction: Connection | None = None
+                if hook is not None:
+                    transaction = await stack.enter_async_context(self.pool.acquire())
+                    await stack.enter_async_context(transaction.transaction())
+                    conn = transaction
+                if isinstance(decision, Fail):
+                    held = await repo.fail(conn, job_id, self.owner, attempt, message, error)
+                    recorded = held is not None
+                else:
+                    due = await repo.retry(
+                        conn, job_id, self.owner, attempt, message, error, decision.delay_seconds
+                    )
+                    recorded = due is not None
+                if not recorded:
                     return "lease_lost"
-                log.warning(
-                    "job %s failed (%s) after attempt %s: %s",
-                    job.id,
-                    decision.reason,
-                    job.attempt,
-                    error.splitlines()[0],
-                )
-                return "failed"
-            row = await repo.retry(
-                self.pool, job.id, self.owner, job.attempt, error, decision.delay_seconds
-            )
-            if row is None:
-                return "lease_lost"
-            if decision.delay_seconds < self.config.poll_interval_seconds:
-                asyncio.get_running_loop().call_later(decision.delay_seconds, self._wake.set)
-            return "retried"
+                if hook is not None and transaction is not None:
+                    status = JobStatus.FAILED if final else JobStatus.QUEUED
+                    await hook(transaction, [JobFailure(job_id, attempt, status, message)])
         except Exception:
             # The lease will expire and the job be claimed again (counting this attempt).
-            log.warning("job %s: could not record its failure", job.id, exc_info=True)
+            log.warning("job %s: could not record its failure", job_id, exc_info=True)
             return "unrecorded"
+        if isinstance(decision, Fail):
+            log.warning(
+                "job %s failed (%s) after attempt %s: %s",
+                job_id,
+                decision.reason,
+                attempt,
+                message,
+            )
+            return "failed"
+        if decision.delay_seconds < self.config.poll_interval_seconds:
+            asyncio.get_running_loop().call_later(decision.delay_seconds, self._wake.set)
+        return "retried"
 
     async def _heartbeat_forever(self) -> None:
         while True:
@@ -325,7 +370,8 @@ class JobWorker:
         renew = {
             job_id: attempt
             for job_id, attempt in self._active.items()
-            if attempt.ctx.phase == "running" and now < attempt.deadline + self.config.lease_seconds
+            if attempt.ctx.phase is AttemptPhase.RUNNING
+            and now < attempt.deadline + self.config.lease_seconds
         }
         held = await repo.heartbeat(
             self.pool,
@@ -335,7 +381,7 @@ class JobWorker:
         )
         for job_id in set(renew) - held:
             attempt = renew[job_id]
-            if attempt.ctx.phase == "running" and attempt.task:
+            if attempt.ctx.phase is AttemptPhase.RUNNING and attempt.task:
                 attempt.lease_lost = True
                 attempt.task.cancel()
 

@@ -2,40 +2,45 @@
 `notifications` job for each delivery that may go out (docs/notifications.md, "Pipeline").
 
 Every frontend runs one; exactly one is active: the holder of a session-level advisory lock on
-a connection of its own (the event relay's pattern, marketplace/events/relay.py). The active
+a connection of its own (the event relay's pattern, marketplace/outbox/relay.py). The active
 consumer reads the outbox from PostgreSQL after ``notification_consumer_cursor`` (ids are commit
 order, so "after id N" is a complete position), wakes on the NOTIFY every producing transaction
 sends, and polls in case one is missed.
 
 One transaction per batch of events: resolve each event's recipient, decide its status
 (suppressed, then the rate limiter, else queued), insert the rows (``ON CONFLICT (event_id,
-recipient_user_id) DO NOTHING``), enqueue the job of each new queued row, and advance the
-cursor, all on the lock holder's connection. A consumer that dies mid-batch commits nothing of
-it and the next active one reads the batch again; one that dies after the commit has moved the
-cursor with its rows. So reading is at-least-once and the UNIQUE constraint makes it one row
-(and at most one job) per (event, recipient). Only the rate limiter sits outside the
+recipient_user_id) DO NOTHING``) with the job of each new queued row in the same statement, and
+advance the cursor, all on the lock holder's connection. A consumer that dies mid-batch commits
+nothing of it and the next active one reads the batch again; one that dies after the commit has
+moved the cursor with its rows. So reading is at-least-once and the UNIQUE constraint makes it
+one row (and at most one job) per (event, recipient). Only the rate limiter sits outside the
 transaction; it answers the same for an event it admitted before, so re-reading a batch does
 not count its deliveries twice.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import asyncpg
 
 from marketplace.config import Settings
 from marketplace.config.notifications import NotificationRates
-from marketplace.events.consumer import event_from_row
-from marketplace.events.leader import OutboxLeader
-from marketplace.jobs import enqueue_many
-from marketplace.notifications.models import DeliveryStatus, SuppressionReason
+from marketplace.jobs import payload_json
+from marketplace.notifications.models import (
+    DeliveryJobPayload,
+    DeliveryStatus,
+    SuppressionReason,
+)
 from marketplace.notifications.rate_limit import LimitRequest
 from marketplace.notifications.recipients import CONSUMED_TYPES, Notification, resolve_many
+from marketplace.notifications.sending import NOTIFICATIONS_QUEUE
+from marketplace.outbox.consumer import event_from_row
+from marketplace.outbox.leader import OutboxLeader
 from marketplace.storage.pool import Connection
 from marketplace.storage.repositories import events as events_repo
 from marketplace.storage.repositories import notification_deliveries as repo
@@ -43,10 +48,7 @@ from marketplace.storage.repositories.notification_deliveries import RecipientFa
 
 log = logging.getLogger(__name__)
 
-QUEUE = "notifications"
-# How often the active consumer gives queued deliveries whose job failed unrecorded their
-# outcome, and how far back it looks (twice the interval: a missed round is caught next time).
-ORPHAN_SWEEP_SECONDS = 60.0
+QUEUE = NOTIFICATIONS_QUEUE.name
 DEFAULT_BATCH_SIZE = 200
 # After a batch that did not fill up, events gather this long before the next read
 # (``OutboxLeader.after_batch``): under a steady stream of chat sends the consumer would otherwise
@@ -79,11 +81,12 @@ def suppression_reason(facts: RecipientFacts) -> SuppressionReason | None:
     return None
 
 
-def job_payload(delivery_id: Any, notification: Notification) -> dict[str, Any]:
-    payload: dict[str, Any] = {"deliveryId": str(delivery_id), "linkPath": notification.link_path}
-    if notification.preview_message_id is not None:
-        payload["previewMessageId"] = str(notification.preview_message_id)
-    return payload
+def job_payload(delivery_id: uuid.UUID, notification: Notification) -> DeliveryJobPayload:
+    return DeliveryJobPayload(
+        delivery_id=delivery_id,
+        link_path=notification.link_path,
+        preview_message_id=notification.preview_message_id,
+    )
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,6 @@ class NotificationConsumer(OutboxLeader):
         self.config = config
         self.deliveries = 0  # rows this consumer wrote
         self.events = 0  # events it consumed
-        self._next_sweep = 0.0
 
     async def try_lock(self, conn: asyncpg.Connection) -> bool:
         return await repo.try_consumer_lock(conn)
@@ -137,12 +139,6 @@ class NotificationConsumer(OutboxLeader):
         """A batch failed commits nothing and is read again after the backoff."""
         consumed = await self.consume_batch(conn)
         return await self.after_batch(consumed, self.config.batch_size, self.config.batch_interval)
-
-    async def between(self, conn: asyncpg.Connection) -> None:
-        loop = asyncio.get_running_loop()
-        if loop.time() >= self._next_sweep:
-            await self.sweep_orphans(conn, 2 * ORPHAN_SWEEP_SECONDS)
-            self._next_sweep = loop.time() + ORPHAN_SWEEP_SECONDS
 
     async def consume_batch(self, conn: Connection) -> int:
         """Consume the next batch after the cursor in one transaction; the number of events read
@@ -174,15 +170,6 @@ class NotificationConsumer(OutboxLeader):
         self.events += len(rows)
         return len(rows)
 
-    async def sweep_orphans(self, conn: Connection, within_seconds: float) -> int:
-        """Queued deliveries whose job failed without the handler's record (the reaper failed
-        the last attempt after its lease expired, or it timed out): ``failed``, with the job's
-        error. The handler records every failure it sees; this catches the ones it cannot."""
-        changed = await repo.fail_orphaned(conn, within_seconds)
-        if changed:
-            log.warning("%d deliveries failed with their jobs unrecorded", changed)
-        return changed
-
     def _request(self, notification: Notification) -> LimitRequest:
         rate = self.config.rates.for_type(notification.event_type)
         return LimitRequest(
@@ -196,19 +183,23 @@ class NotificationConsumer(OutboxLeader):
     async def _write(
         self, conn: Connection, planned: Sequence[_Planned], verdicts: Iterator[bool]
     ) -> None:
-        """Insert every planned row in one statement, then enqueue the jobs of the new queued
-        ones in one statement and record their ids in one more."""
+        """Insert every planned row, and the sending job of each new queued one, in one
+        statement."""
         rows: list[repo.NewDelivery] = []
         for plan in planned:
             notification = plan.notification
+            delivery_id = uuid.uuid4()
+            job: str | None = None
             if plan.reason is not None:
                 status, reason = DeliveryStatus.SUPPRESSED, str(plan.reason)
             elif next(verdicts):
                 status, reason = DeliveryStatus.QUEUED, None
+                job = payload_json(NOTIFICATIONS_QUEUE, job_payload(delivery_id, notification))
             else:
                 status, reason = DeliveryStatus.RATE_LIMITED, None
             rows.append(
                 repo.NewDelivery(
+                    id=delivery_id,
                     event_id=notification.event_id,
                     event_type=str(notification.event_type),
                     recipient_user_id=notification.recipient_user_id,
@@ -216,21 +207,14 @@ class NotificationConsumer(OutboxLeader):
                     reason=reason,
                     subject=notification.subject,
                     email=plan.facts.email,
+                    job_payload=job,
                 )
             )
-        created = await repo.insert_deliveries(conn, rows)
+        # A row written by an earlier read of this event is left alone, and gets no job.
+        created = await repo.insert_deliveries(
+            conn, rows, queue=NOTIFICATIONS_QUEUE.name, max_attempts=self.config.max_attempts
+        )
         self.deliveries += len(created)
-        jobs: list[tuple[str, dict[str, Any]]] = []
-        keyed: dict[str, Any] = {}
-        for plan, row in zip(planned, rows, strict=True):
-            delivery_id = created.get((row.event_id, row.recipient_user_id))
-            if delivery_id is None or row.status != DeliveryStatus.QUEUED:
-                continue  # not new (written by an earlier read of this event), or final
-            key = f"delivery:{delivery_id}"
-            keyed[key] = delivery_id
-            jobs.append((key, job_payload(delivery_id, plan.notification)))
-        job_ids = await enqueue_many(conn, QUEUE, jobs, max_attempts=self.config.max_attempts)
-        await repo.set_jobs(conn, [(keyed[key], job_id) for key, job_id in job_ids.items()])
 
 
 async def consume_all(consumer: NotificationConsumer, conn: asyncpg.Connection) -> int:

@@ -17,7 +17,6 @@ from marketplace.notifications.models import (
     NotificationEventType,
 )
 from marketplace.pagination import BIGINT_MAX, CursorKind, keyset_page
-from marketplace.storage.pool import Row
 from marketplace.storage.repositories import notifications as repo
 from marketplace.types import QueryModel, ResponseModel
 
@@ -62,19 +61,19 @@ class DeliveryItem(ResponseModel):
     )
 
     @classmethod
-    def from_row(cls, row: Row) -> DeliveryItem:
+    def from_row(cls, row: repo.DeliveryRow) -> DeliveryItem:
         return cls(
-            id=row["id"],
-            eventType=row["event_type"],
-            recipientUserId=row["recipient_user_id"],
-            channel=row["channel"],
-            status=row["status"],
-            reason=row["reason"],
-            attempts=row["attempts"],
-            lastError=row["last_error"],
-            subject=row["subject"],
-            createdAt=row["created_at"],
-            sentAt=row["sent_at"],
+            id=row.id,
+            eventType=NotificationEventType(row.event_type),
+            recipientUserId=row.recipient_user_id,
+            channel=DeliveryChannel(row.channel),
+            status=DeliveryStatus(row.status),
+            reason=row.reason,
+            attempts=row.attempts,
+            lastError=row.last_error,
+            subject=row.subject,
+            createdAt=row.created_at,
+            sentAt=row.sent_at,
         )
 
 
@@ -88,13 +87,13 @@ class DeliveriesResponse(ResponseModel):
     )
 
 
-def _seq_position(row: asyncpg.Record) -> tuple[int]:
-    return (row["seq"],)
+def _seq_position(row: repo.DeliveryRow) -> tuple[int]:
+    return (row.seq,)
 
 
 async def delivery_page(
     pool: asyncpg.Pool, *, viewer_id: uuid.UUID, query: DeliveriesQuery
-) -> tuple[list[asyncpg.Record], str | None]:
+) -> tuple[list[repo.DeliveryRow], str | None]:
     """The deliveries of ``query.userId`` (default: the viewer), newest first. Another user's
     are for moderation admins only (403 ``not_delivery_viewer``; the flag is read on every call,
     so a revoked flag takes effect at once)."""

@@ -1,5 +1,5 @@
-"""The production sender of notification e-mails (``MARKETPLACE_NOTIFICATION_SENDER``'s default):
-composes the message (docs/notifications.md, "E-mail") and hands it to the SMTP server of
+"""The sender of notification e-mails, what the `notifications` job sends with: composes the
+message (docs/notifications.md, "E-mail") and hands it to the SMTP server of
 ``MARKETPLACE_SMTP_URL``.
 
 A 5xx answer fails the delivery at once (``PermanentJobError``); an unreachable server, a 4xx
@@ -27,8 +27,7 @@ from marketplace.notifications.email import (
     sender_domain,
 )
 from marketplace.notifications.mailer import PermanentMailError, SmtpPool
-from marketplace.notifications.models import NotificationEventType
-from marketplace.notifications.sending import NOTIFICATIONS_QUEUE, DeliveryToSend, Send
+from marketplace.notifications.models import DeliveryToSend, NotificationEventType, Send
 from marketplace.notifications.unsubscribe import public_base_url, unsubscribe_url
 
 # Seconds per SMTP command (connect, each reply).
@@ -88,9 +87,10 @@ def wire_for(settings: Settings, delivery: DeliveryToSend) -> WireMessage:
     )
 
 
-def smtp_sender(settings: Settings) -> Send:
+def smtp_sender(settings: Settings, connections: int) -> Send:
+    """``send(delivery)`` over a pool of up to ``connections`` SMTP connections, opened on
+    first use."""
     target = settings.smtp_target
-    size = NOTIFICATIONS_QUEUE.effective_concurrency(settings)
     pool: SmtpPool | None = None
 
     async def send(delivery: DeliveryToSend) -> None:
@@ -101,7 +101,10 @@ def smtp_sender(settings: Settings) -> Send:
         if pool is None or pool.loop is not asyncio.get_running_loop():
             # Connections belong to one event loop: the worker's (a test may run several).
             pool = SmtpPool(
-                target, SMTP_COMMAND_TIMEOUT_SECONDS, size=size, idle_seconds=SMTP_IDLE_SECONDS
+                target,
+                SMTP_COMMAND_TIMEOUT_SECONDS,
+                size=connections,
+                idle_seconds=SMTP_IDLE_SECONDS,
             )
         try:
             await pool.send(wire.sender, wire.recipients, wire.data)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from eth_abi import decode, encode
 from eth_account import Account
@@ -65,6 +65,20 @@ async def nonce_used(rpc: JsonRpcClient, signer: Signer, nonce: int) -> bool:
     return bool(used)
 
 
+class SignedAttestation(TypedDict):
+    """The spec's ``AttestationPayload``, as :func:`attest` answers it."""
+
+    project: str
+    milestoneIndex: int
+    passes: bool
+    evidenceHash: str
+    deadline: int
+    nonce: int
+    chainId: int
+    signature: str
+    signer: str
+
+
 async def attest(
     rpc: JsonRpcClient,
     signer: Signer,
@@ -76,7 +90,7 @@ async def attest(
     nonce: int,
     nonce_requested: bool,
     deadline: int,
-) -> dict[str, Any]:
+) -> SignedAttestation:
     """The signed ``AttestationPayload`` (spec field names). ``deadline`` is the caller's to
     bound (the job: the chain's time at signing plus the TTL, or the request's if earlier)."""
     if await nonce_used(rpc, signer, nonce):

@@ -15,6 +15,8 @@ from typing import Any
 
 from eth_utils import keccak
 
+from marketplace.types import JsonObject
+
 
 class NotCanonical(ValueError):
     """The value holds something canonical JSON does not encode (a float, a non-str key...)."""
@@ -38,13 +40,13 @@ def _check(value: Any, path: str) -> None:
     raise NotCanonical(f"{path}: {type(value).__name__} is not JSON")
 
 
-def canonical_json(evidence: dict[str, Any]) -> bytes:
+def canonical_json(evidence: JsonObject) -> bytes:
     _check(evidence, "evidence")
     return json.dumps(
         evidence, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     ).encode()
 
 
-def evidence_hash(evidence: dict[str, Any]) -> str:
+def evidence_hash(evidence: JsonObject) -> str:
     """``0x`` + 64 hex digits."""
     return "0x" + keccak(canonical_json(evidence)).hex()

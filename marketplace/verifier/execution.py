@@ -25,7 +25,6 @@ each running one attempt at a time, so a CPU-heavy test run never shares its act
 from __future__ import annotations
 
 import asyncio
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -40,6 +39,7 @@ from marketplace.storage.repositories import verifier_jobs as repo
 from marketplace.verifier.attestation import NonceAlreadyUsed, Signer, attest
 from marketplace.verifier.dispute import DisputeFacts, read_dispute
 from marketplace.verifier.evidence import NotCanonical, evidence_hash
+from marketplace.verifier.models import VerifierJobPayload
 from marketplace.verifier.policy import (
     InvalidDeliveryRef,
     PolicyId,
@@ -130,10 +130,10 @@ async def _dispute_now(rpc: JsonRpcClient, row: Any) -> DisputeFacts:
     return facts
 
 
-async def run_verifier_job(ctx: JobContext) -> None:
-    job_id = uuid.UUID(ctx.payload["verifierJobId"])
+async def run_verifier_job(ctx: JobContext[VerifierJobPayload]) -> None:
+    job_id = ctx.payload.verifier_job_id
     row = await repo.get(ctx.pool, job_id)
-    if row is None or row["status"] == "completed":
+    if row is None or row["completed_at"] is not None:
         return  # its creator was deleted, or an earlier attempt completed it
     settings = ctx.settings
     signer = Signer.from_settings(settings)
@@ -201,7 +201,6 @@ async def run_verifier_job(ctx: JobContext) -> None:
         await repo.complete(
             conn,
             job_id,
-            attempt_count=ctx.job.attempt,
             retention_days=settings.verifier_retention_days,
             passes=outcome.passes,
             evidence_hash=hashed,
@@ -220,10 +219,13 @@ def attempt_timeout(settings: Settings) -> float:
     return settings.verifier_job_timeout_seconds
 
 
-# One attempt per actor at a time; the pool's size and the attempt's timeout are settings.
+# One attempt per actor at a time; the pool's size and the attempt's timeout are settings. The
+# requests read their state from their jobs, so completed jobs are kept.
 VERIFIER_QUEUE = QueueSpec(
     "verifier",
+    VerifierJobPayload,
     run_verifier_job,
+    keep_completed=True,
     concurrency=1,
     workers_from=pool_size,
     timeout_from=attempt_timeout,

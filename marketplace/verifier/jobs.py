@@ -1,7 +1,8 @@
 """Verifier jobs: who may request and read them, and the request's rules (docs/verifier.md).
 
 A request is a row in ``verifier_jobs`` and a job on the ``verifier`` queue, written in one
-transaction. Reads come straight from PostgreSQL. Who sees what:
+statement; the row's status, attempts and error are the job's. Reads come straight from
+PostgreSQL. Who sees what:
 - full record, evidence and raw evidence: the job's creator, the project's current owner and
   selected worker (through active wallet links), verifier admins;
 - the public record (result without evidence): other signed-in callers who can see the project;
@@ -21,7 +22,7 @@ from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
 from marketplace.errors import InvalidRequest
 from marketplace.identity.permissions import flags_of
-from marketplace.jobs import enqueue
+from marketplace.jobs import new_job
 from marketplace.pagination import BIGINT_MAX, CursorKind, keyset_page
 from marketplace.records.access import ProjectParties, caller_wallets
 from marketplace.records.errors import NotProjectParty, ProjectNotFound
@@ -49,6 +50,7 @@ from marketplace.verifier.models import (
     VerifierJobAcceptedResponse,
     VerifierJobCreateRequest,
     VerifierJobListQuery,
+    VerifierJobPayload,
     request_of,
 )
 from marketplace.verifier.policies import parse_delivery_ref
@@ -247,6 +249,12 @@ async def accept(
             )
         created_at = await repo.insert(
             conn,
+            job=new_job(
+                VERIFIER_QUEUE,
+                VerifierJobPayload(verifier_job_id=job_id),
+                max_attempts=max_attempts,
+                idempotency_key=str(job_id),
+            ),
             job_id=job_id,
             created_by=user_id,
             project_address=request.projectAddress,
@@ -260,14 +268,6 @@ async def accept(
             max_attempts=max_attempts,
             dispute_opened_at=facts.dispute_opened_at,
         )
-        queued = await enqueue(
-            conn,
-            VERIFIER_QUEUE.name,
-            {"verifierJobId": str(job_id)},
-            max_attempts=max_attempts,
-            idempotency_key=str(job_id),
-        )
-        await repo.set_queue_job(conn, job_id, queued.job_id)
     response = VerifierJobAcceptedResponse(
         jobId=job_id,
         status="queued",

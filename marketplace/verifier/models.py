@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any, Literal, Self
+from typing import Literal, Self, TypedDict
 
 from pydantic import Field, RootModel
 
+from marketplace.jobs.model import JobPayload
 from marketplace.storage.pool import Row
 from marketplace.types import (
     Address,
     Bytes32,
     HexSignature,
+    JsonObject,
     LowerAddress,
     MilestoneIndex,
     QueryModel,
@@ -77,7 +79,7 @@ class AttestationPayload(ResponseModel):
 class VerificationResult(ResponseModel):
     passes: bool
     evidenceHash: Bytes32
-    evidence: dict[str, Any] = Field(
+    evidence: JsonObject = Field(
         description="the facts the check established; `evidenceHash` is keccak256 of its "
         "UTF-8 canonical JSON (keys sorted, no whitespace, non-ASCII as itself, no floats)"
     )
@@ -88,6 +90,20 @@ class VerifierJobResultSummary(ResponseModel):
     passes: bool
     evidenceHash: Bytes32
     attestation: AttestationPayload
+
+
+class _BaseFields(TypedDict):
+    id: uuid.UUID
+    status: VerifierJobStatus
+    request: VerifierJobCreateRequest
+    attemptCount: int
+    maxAttempts: int
+    nextAttemptAt: datetime | None
+    error: str | None
+    createdAt: datetime
+    updatedAt: datetime
+    completedAt: datetime | None
+    retentionExpiresAt: datetime | None
 
 
 class _RecordBase(ResponseModel):
@@ -113,7 +129,7 @@ class _RecordBase(ResponseModel):
     )
 
     @staticmethod
-    def base_fields(row: Row) -> dict[str, Any]:
+    def base_fields(row: Row) -> _BaseFields:
         return {
             "id": row["id"],
             "status": row["status"],
@@ -215,7 +231,7 @@ class VerifierEvidenceSummary(ResponseModel):
     checkPolicyId: PolicyId
     passes: bool
     evidenceHash: Bytes32
-    evidence: dict[str, Any]
+    evidence: JsonObject
     completedAt: datetime
 
 
@@ -233,7 +249,7 @@ class VerifierRawEvidence(ResponseModel):
 
     jobId: uuid.UUID
     attempts: list[VerifierAttemptLog]
-    raw: dict[str, Any] | None = Field(
+    raw: JsonObject | None = Field(
         description="the completing attempt's raw facts (null until completed)"
     )
     logs: str | None = Field(description="execution output, bounded (null until completed)")
@@ -254,3 +270,10 @@ def request_of(row: Row) -> VerifierJobCreateRequest:
         nonce=int(row["requested_nonce"]) if row["requested_nonce"] is not None else None,
         deadline=int(row["requested_deadline"]) if row["requested_deadline"] is not None else None,
     )
+
+
+class VerifierJobPayload(JobPayload):
+    """The payload of a `verifier` queue job: which request it runs (the queue job and its
+    ``verifier_jobs`` row are inserted together, marketplace/verifier/jobs.py)."""
+
+    verifier_job_id: uuid.UUID = Field(alias="verifierJobId")

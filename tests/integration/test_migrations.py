@@ -102,6 +102,106 @@ async def test_migrations_reproduce_the_schema_snapshot(scratch_dsn: str) -> Non
     dumped = await asyncio.to_thread(dump_schema, scratch_dsn)
     assert "CREATE TABLE public.projects" in dumped
     assert dumped == SNAPSHOT.read_text(encoding="utf-8"), (
-        "storage/schema.sql is stale: run `python -m marketplace.storage.schema --write` "
-        "against a freshly migrated database"
+        "storage/schema.sql is stale: run `make schema`"
     )
+
+
+async def test_0019_moves_verifier_state_to_jobs_and_fails_orphaned_deliveries(
+    scratch_dsn: str,
+) -> None:
+    """Migration 0019 on data written before it: every verifier row gets a queue job that
+    says what the row said (its status and attempt count are dropped), and no queued delivery
+    is left behind a job that ended or vanished."""
+    before = [m for m in discover_migrations() if m.version < 19]
+    conn = await asyncpg.connect(scratch_dsn)
+    try:
+        await migrate(conn, before)
+        user = uuid.uuid4()
+        await conn.execute("INSERT INTO users (user_id) VALUES ($1)", user)
+        failed_job, queued_job, running_job = [
+            await conn.fetchval(
+                "INSERT INTO jobs (queue, payload, status, attempt_count, finished_at,"
+                " last_error, lease_owner, lease_expires_at) VALUES ($1, '{}', $2, 1,"
+                " CASE WHEN $2 = 'failed' THEN now() END, $3,"
+                " CASE WHEN $2 = 'running' THEN 'w' END,"
+                " CASE WHEN $2 = 'running' THEN now() END) RETURNING id",
+                queue,
+                status,
+                error,
+            )
+            for queue, status, error in [
+                ("verifier", "failed", 'RuntimeError: boom\n  File "x.py", line 1'),
+                ("verifier", "queued", None),
+                ("notifications", "running", None),
+            ]
+        ]
+        rows = {}
+        for name, status, job_id in [
+            ("completed_pruned", "completed", None),
+            ("failed", None, failed_job),
+            ("queued", None, queued_job),
+            ("vanished", None, 10**9),
+        ]:
+            rows[name] = await conn.fetchval(
+                "INSERT INTO verifier_jobs (created_by, project_address, milestone_index,"
+                " check_policy_id, delivery_ref, chain_id, attestation_nonce, max_attempts,"
+                " status, attempt_count, job_id, completed_at, passes, evidence_hash,"
+                " attestation) VALUES ($1, '0x' || repeat('ab', 20), 0, 'github-ref', 'r', 1,"
+                " 1, 3, $2, CASE WHEN $2 = 'completed' THEN 2 END, $3,"
+                " CASE WHEN $2 = 'completed' THEN now() END,"
+                " CASE WHEN $2 = 'completed' THEN true END,"
+                " CASE WHEN $2 = 'completed' THEN '0x' || repeat('11', 32) END,"
+                " CASE WHEN $2 = 'completed' THEN '{}'::jsonb END) RETURNING id",
+                user,
+                status,
+                job_id,
+            )
+        deliveries = {}
+        for event_id, (name, job_id) in enumerate(
+            [("behind_failed", failed_job), ("behind_running", running_job), ("no_job", None)],
+            start=1,
+        ):
+            deliveries[name] = await conn.fetchval(
+                "INSERT INTO notification_deliveries (event_id, event_type, recipient_user_id,"
+                " status, subject, email, job_id) VALUES ($1, 'direct_message', $2, 'queued',"
+                " 's', 'a@b.c', $3) RETURNING id",
+                event_id,
+                user,
+                job_id,
+            )
+
+        await migrate(conn)
+
+        state = {
+            name: await conn.fetchrow(
+                "SELECT j.status, j.attempt_count, j.error_message FROM verifier_jobs v"
+                " JOIN jobs j ON j.id = v.job_id WHERE v.id = $1",
+                verifier_id,
+            )
+            for name, verifier_id in rows.items()
+        }
+        assert {name: tuple(row) for name, row in state.items() if row is not None} == {
+            "completed_pruned": ("completed", 2, None),
+            "failed": ("failed", 1, "RuntimeError: boom"),
+            "queued": ("queued", 1, None),
+            "vanished": ("failed", 0, "the job record is gone"),
+        }
+        statuses = {
+            row["id"]: (row["status"], row["last_error"])
+            for row in await conn.fetch(
+                "SELECT id, status, last_error FROM notification_deliveries"
+            )
+        }
+        statuses = {name: statuses[d] for name, d in deliveries.items()}
+        assert statuses == {
+            "behind_failed": ("failed", "RuntimeError: boom"),
+            "behind_running": ("queued", None),
+            "no_job": ("failed", "the sending job is gone"),
+        }
+        columns = await conn.fetch(
+            "SELECT column_name FROM information_schema.columns WHERE table_name ="
+            " 'verifier_jobs' AND column_name IN ('status', 'attempt_count')"
+        )
+        assert columns == []
+    finally:
+        await conn.close()

@@ -5,6 +5,14 @@ Every statement that acts for a worker names the worker (``lease_owner``) and re
 ``status = 'running'`` in its ``WHERE`` clause, so a worker that lost its lease updates no row
 and learns it from the row count. Statements that might meet a row locked by another
 transaction take it with ``FOR UPDATE SKIP LOCKED`` and never wait.
+
+Two columns hold a failure: ``error_message`` (the exception's type and message, what an API
+may show; null once the job completed) and ``last_error`` (the same with the innermost traceback
+frames, for operators). Statuses are the text values of ``marketplace.jobs.JobStatus``.
+
+A domain row that belongs to a job is inserted in the statement that inserts the job
+(:func:`with_new_job`, :func:`with_new_jobs`: ``WITH job AS (INSERT INTO jobs ...) <the domain's
+INSERT ... FROM job>``), so neither exists without the other and no second statement links them.
 """
 
 from __future__ import annotations
@@ -13,6 +21,8 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -29,27 +39,100 @@ NOTIFY_CHANNEL = "marketplace_jobs"
 
 _JOB_COLUMNS = """
     j.id, j.queue, j.payload, j.status, j.attempt_count, j.max_attempts, j.next_attempt_at,
-    j.lease_owner, j.lease_expires_at, j.last_error, j.idempotency_key, j.created_at,
-    j.started_at, j.finished_at
+    j.lease_owner, j.lease_expires_at, j.error_message, j.last_error, j.idempotency_key,
+    j.created_at, j.started_at, j.finished_at
 """
 
-# ON CONFLICT DO NOTHING returns no row for a duplicate key; the caller then reads the first job.
-ENQUEUE = """
+# Each inserted job due at once notifies its queue from the RETURNING list (NOTIFY is
+# transactional: delivered at commit, never for a rolled-back transaction; repeated
+# notifications of one queue in a transaction are delivered once).
+_NOTIFY_DUE = f"""CASE WHEN next_attempt_at <= now()
+         THEN (SELECT true FROM (SELECT pg_notify('{NOTIFY_CHANNEL}', queue)) AS n) END"""
+
+# One job: $1 queue, $2 payload (JSON text: the same with or without the pool's jsonb codec),
+# $3 max attempts, $4 delay (seconds), $5 idempotency key. ON CONFLICT DO NOTHING returns no
+# row for a duplicate key.
+_INSERT_JOB = f"""
 INSERT INTO jobs (queue, payload, max_attempts, next_attempt_at, idempotency_key)
-VALUES ($1, $2, $3, now() + make_interval(secs => $4), $5)
+VALUES ($1, $2::text::jsonb, $3, now() + make_interval(secs => $4), $5)
 ON CONFLICT (queue, idempotency_key) DO NOTHING
-RETURNING id, next_attempt_at <= now() AS due
+RETURNING id, idempotency_key, {_NOTIFY_DUE} AS notified
 """
+ENQUEUE = f"WITH job AS ({_INSERT_JOB}) SELECT id FROM job"
 NOTIFY = "SELECT pg_notify($1, $2)"
-# Many jobs of one queue, due at once, each with its idempotency key, in one statement (the
-# payloads as JSON text). A key already taken returns no row; the caller reads those back.
-ENQUEUE_MANY = """
+# Many jobs of one queue, due at once: $1 queue, $2 payloads (JSON text), $3 max attempts, $4
+# idempotency keys (one per payload). A key already taken returns no row.
+_INSERT_JOBS = f"""
 INSERT INTO jobs (queue, payload, max_attempts, next_attempt_at, idempotency_key)
 SELECT $1, t.payload::jsonb, $3, now(), t.key
 FROM unnest($2::text[], $4::text[]) AS t(payload, key)
 ON CONFLICT (queue, idempotency_key) DO NOTHING
-RETURNING id, idempotency_key
+RETURNING id, idempotency_key, {_NOTIFY_DUE} AS notified
 """
+ENQUEUE_MANY = f"WITH job AS ({_INSERT_JOBS}) SELECT id, idempotency_key FROM job"
+
+
+def with_new_job(statement: str) -> str:
+    """``statement`` (a domain's INSERT that reads ``job``: ``... SELECT ..., job.id FROM job``)
+    preceded by the insertion of one job as ``job (id, idempotency_key)``; run it with
+    :meth:`NewJob.params` as ``$1``-``$5`` and the statement's own parameters from ``$6``. When
+    the idempotency key is taken, ``job`` is empty and so is what ``statement`` inserts."""
+    return f"WITH job AS ({_INSERT_JOB})\n{statement}"
+
+
+# A job id drawn before its job is inserted, so a domain row inserted first (and only if it was
+# inserted: ON CONFLICT) can name it; see insert_jobs_from.
+NEXT_JOB_ID = "nextval('jobs_id_seq')"
+
+
+def insert_jobs_from(source: str) -> str:
+    """The body of a CTE that inserts, due at once, one job of queue ``$1`` with ``$2`` max
+    attempts per row of ``source`` (a CTE with columns ``id`` drawn with :data:`NEXT_JOB_ID`,
+    ``payload`` jsonb, ``key`` text). For a domain statement that inserts its rows first and
+    their jobs after them, in the same statement: ``d AS (INSERT ... job_id = NEXT_JOB_ID ...
+    ON CONFLICT DO NOTHING RETURNING ...), src AS (SELECT ... FROM d), job AS
+    (insert_jobs_from('src'))``. No ON CONFLICT here: a taken key fails the statement rather
+    than leave a domain row naming a job that does not exist."""
+    return f"""
+INSERT INTO jobs (id, queue, payload, max_attempts, next_attempt_at, idempotency_key)
+SELECT s.id, $1, s.payload, $2, now(), s.key FROM {source} AS s
+RETURNING id, {_NOTIFY_DUE} AS notified
+"""
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job to insert, its payload already encoded as JSON text (``jobs.payload_json``)."""
+
+    queue: str
+    payload_json: str
+    max_attempts: int
+    delay_seconds: float = 0.0
+    idempotency_key: str | None = None
+
+    def params(self) -> tuple[object, ...]:
+        return (
+            self.queue,
+            self.payload_json,
+            self.max_attempts,
+            float(self.delay_seconds),
+            self.idempotency_key,
+        )
+
+
+@dataclass(frozen=True)
+class NewJobs:
+    """Jobs of one queue to insert, due at once: each payload (JSON text) with its key."""
+
+    queue: str
+    payloads_json: Sequence[str]
+    keys: Sequence[str]
+    max_attempts: int
+
+    def params(self) -> tuple[object, ...]:
+        return (self.queue, list(self.payloads_json), self.max_attempts, list(self.keys))
+
+
 SELECT_BY_KEYS = """
 SELECT id, idempotency_key FROM jobs WHERE queue = $1 AND idempotency_key = any($2::text[])
 """
@@ -99,40 +182,40 @@ RETURNING id
 
 # Guarded by the lease: run inside the transaction that carries the handler's effects, it also
 # locks the row until that transaction ends, so nobody can take the job over meanwhile.
-COMPLETE = """
-UPDATE jobs
-SET status = 'completed', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
-WHERE id = $1 AND lease_owner = $2 AND attempt_count = $3 AND status = 'running'
-RETURNING extract(epoch FROM now() - created_at)::float8 AS total_seconds
-"""
+_COMPLETE = """
+    UPDATE jobs
+    SET status = 'completed', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+        error_message = NULL
+    WHERE id = $1 AND lease_owner = $2 AND attempt_count = $3 AND status = 'running'
+    RETURNING extract(epoch FROM now() - created_at)::float8 AS total_seconds"""
+COMPLETE = _COMPLETE
 
 # COMPLETE and an effect in one statement (one round trip, atomic without BEGIN/COMMIT). The
-# effect is a data-modifying statement whose parameters start at $4; it must be guarded by
-# `EXISTS (SELECT 1 FROM completed)`, so it changes nothing when the lease is lost.
-COMPLETE_WITH = """
-WITH completed AS (
-    UPDATE jobs
-    SET status = 'completed', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
-    WHERE id = $1 AND lease_owner = $2 AND attempt_count = $3 AND status = 'running'
-    RETURNING extract(epoch FROM now() - created_at)::float8 AS total_seconds
+# effect is a data-modifying statement whose parameters start at $4. When the completion finds
+# no lease, jobs_lease_held (migration 0019) raises LEASE_LOST_SQLSTATE, which aborts the whole
+# statement: the effect is undone with it, whatever it is, so it needs no guard of its own.
+COMPLETE_WITH = f"""
+WITH completed AS ({_COMPLETE}
 ), effect AS (
-{effect}
+{{effect}}
 )
-SELECT (SELECT total_seconds FROM completed) AS total_seconds,
+SELECT jobs_lease_held((SELECT total_seconds FROM completed)) AS total_seconds,
        (SELECT count(*) FROM effect) AS effect_rows
 """
+LEASE_LOST_SQLSTATE = "MJ001"
 
+# $4 error_message (API-safe), $5 last_error (with frames).
 RETRY = """
 UPDATE jobs
-SET status = 'queued', next_attempt_at = now() + make_interval(secs => $5), last_error = $4,
-    lease_owner = NULL, lease_expires_at = NULL
+SET status = 'queued', next_attempt_at = now() + make_interval(secs => $6),
+    error_message = $4, last_error = $5, lease_owner = NULL, lease_expires_at = NULL
 WHERE id = $1 AND lease_owner = $2 AND attempt_count = $3 AND status = 'running'
 RETURNING next_attempt_at
 """
 
 FAIL = """
 UPDATE jobs
-SET status = 'failed', finished_at = now(), last_error = $4,
+SET status = 'failed', finished_at = now(), error_message = $4, last_error = $5,
     lease_owner = NULL, lease_expires_at = NULL
 WHERE id = $1 AND lease_owner = $2 AND attempt_count = $3 AND status = 'running'
 RETURNING extract(epoch FROM now() - created_at)::float8 AS total_seconds
@@ -148,11 +231,13 @@ RETURNING queue
 """
 
 # A job whose last attempt's worker vanished: no attempt is left to claim, so it fails here.
-REAP_EXPIRED = """
+REAPED_MESSAGE = "lease expired during the last attempt (its worker died or hung)"
+REAP_EXPIRED = f"""
 UPDATE jobs
 SET status = 'failed', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL,
-    last_error = 'lease expired during the last attempt (its worker died or hung)'
-        || coalesce(E'\\nprevious attempt: ' || last_error, '')
+    error_message = '{REAPED_MESSAGE}'
+        || coalesce(E'\\nprevious attempt: ' || error_message, ''),
+    last_error = '{REAPED_MESSAGE}' || coalesce(E'\\nprevious attempt: ' || last_error, '')
 WHERE id IN (
     SELECT id FROM jobs
     WHERE queue = $1 AND status = 'running' AND lease_expires_at < now()
@@ -160,14 +245,15 @@ WHERE id IN (
     LIMIT 100
     FOR UPDATE SKIP LOCKED
 )
-RETURNING id, extract(epoch FROM now() - created_at)::float8 AS total_seconds
+RETURNING id, attempt_count, error_message
 """
 
+# One queue's completed jobs past the retention (jobs_completed index).
 PRUNE_COMPLETED = """
 DELETE FROM jobs
 WHERE id IN (
     SELECT id FROM jobs
-    WHERE status = 'completed' AND finished_at < now() - make_interval(secs => $1)
+    WHERE queue = $3 AND status = 'completed' AND finished_at < now() - make_interval(secs => $1)
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 )
@@ -192,51 +278,66 @@ GROUP BY queue
 """
 
 
-async def enqueue(
-    conn: Conn,
-    queue: str,
-    payload: dict[str, Any],
-    *,
-    max_attempts: int,
-    delay_seconds: float = 0.0,
-    idempotency_key: str | None = None,
-) -> tuple[int, bool]:
-    """Insert a job; returns ``(job id, created)``. ``created`` is false when the queue already
-    holds a job with this idempotency key (its id is returned)."""
-    row = await conn.fetchrow(
-        ENQUEUE, queue, payload, max_attempts, float(delay_seconds), idempotency_key
-    )
-    if row is None:
-        existing = await conn.fetchval(SELECT_BY_KEY, queue, idempotency_key)
+async def enqueue(conn: Conn, job: NewJob) -> tuple[int, bool]:
+    """Insert a job (notifying its queue when due); returns ``(job id, created)``. ``created``
+    is false when the queue already holds a job with this idempotency key (its id is
+    returned)."""
+    job_id = await conn.fetchval(ENQUEUE, *job.params())
+    if job_id is None:
+        existing = await conn.fetchval(SELECT_BY_KEY, job.queue, job.idempotency_key)
         if existing is None:
             # The conflicting job was deleted (pruned) between the two statements.
-            raise LookupError(f"job with idempotency key {idempotency_key!r} vanished")
+            raise LookupError(f"job with idempotency key {job.idempotency_key!r} vanished")
         return int(existing), False
-    if row["due"]:
-        await conn.execute(NOTIFY, NOTIFY_CHANNEL, queue)
-    return int(row["id"]), True
+    return int(job_id), True
 
 
-async def enqueue_many(
-    conn: Conn, queue: str, payloads_json: Sequence[str], keys: Sequence[str], *, max_attempts: int
-) -> dict[str, int]:
-    """Insert due jobs (payload JSON text, idempotency key) in one statement and notify once;
-    returns idempotency key -> job id, for keys already taken too."""
-    rows = await conn.fetch(ENQUEUE_MANY, queue, list(payloads_json), max_attempts, list(keys))
+async def enqueue_many(conn: Conn, jobs: NewJobs) -> dict[str, int]:
+    """Insert due jobs in one statement (which notifies their queue); returns idempotency key
+    -> job id, for keys already taken too."""
+    rows = await conn.fetch(ENQUEUE_MANY, *jobs.params())
     ids = {str(row["idempotency_key"]): int(row["id"]) for row in rows}
-    if rows:
-        await conn.execute(NOTIFY, NOTIFY_CHANNEL, queue)
-    missing = [key for key in keys if key not in ids]
+    missing = [key for key in jobs.keys if key not in ids]
     if missing:
-        for row in await conn.fetch(SELECT_BY_KEYS, queue, missing):
+        for row in await conn.fetch(SELECT_BY_KEYS, jobs.queue, missing):
             ids[str(row["idempotency_key"])] = int(row["id"])
     return ids
 
 
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A job as a claim returns it: its payload is the stored JSON, not yet validated."""
+
+    id: int
+    queue: str
+    payload: object
+    attempt: int
+    max_attempts: int
+    created_at: datetime
+    due_at: datetime
+    idempotency_key: str | None
+    # Due -> claimed.
+    waited_seconds: float
+
+
 async def claim(
     conn: Conn, queue: str, owner: str, limit: int, lease_seconds: float
-) -> list[asyncpg.Record]:
-    return await conn.fetch(CLAIM, queue, limit, owner, float(lease_seconds))
+) -> list[ClaimedJob]:
+    rows = await conn.fetch(CLAIM, queue, limit, owner, float(lease_seconds))
+    return [
+        ClaimedJob(
+            id=row["id"],
+            queue=row["queue"],
+            payload=row["payload"],
+            attempt=row["attempt_count"],
+            max_attempts=row["max_attempts"],
+            created_at=row["created_at"],
+            due_at=row["next_attempt_at"],
+            idempotency_key=row["idempotency_key"],
+            waited_seconds=float(row["waited_seconds"]),
+        )
+        for row in rows
+    ]
 
 
 async def heartbeat(
@@ -260,23 +361,40 @@ async def complete(conn: Conn, job_id: int, owner: str, attempt: int) -> float |
 
 async def complete_with(
     conn: Conn, job_id: int, owner: str, attempt: int, effect: str, *args: Any
-) -> tuple[float | None, int]:
-    """:func:`complete` and ``effect`` (see ``COMPLETE_WITH``) in one statement: (the job's age
-    in seconds, None if ``owner`` lost the lease; rows the effect returned)."""
-    row = await conn.fetchrow(COMPLETE_WITH.format(effect=effect), job_id, owner, attempt, *args)
-    assert row is not None
-    total = row["total_seconds"]
-    return (None if total is None else float(total)), int(row["effect_rows"])
+) -> int | None:
+    """:func:`complete` and ``effect`` (see ``COMPLETE_WITH``) in one statement: the number of
+    rows the effect returned, or None (and nothing changed) if ``owner`` lost the lease."""
+    try:
+        rows = await conn.fetchval(
+            COMPLETE_WITH.format(effect=effect), job_id, owner, attempt, *args, column=1
+        )
+    except asyncpg.PostgresError as exc:
+        if exc.sqlstate == LEASE_LOST_SQLSTATE:
+            return None
+        raise
+    return int(rows)
 
 
 async def retry(
-    conn: Conn, job_id: int, owner: str, attempt: int, error: str, delay_seconds: float
-) -> asyncpg.Record | None:
-    return await conn.fetchrow(RETRY, job_id, owner, attempt, error, float(delay_seconds))
+    conn: Conn,
+    job_id: int,
+    owner: str,
+    attempt: int,
+    error_message: str,
+    last_error: str,
+    delay_seconds: float,
+) -> datetime | None:
+    """Back to queued after ``delay_seconds``; the time it is due, None if the lease is lost."""
+    due: datetime | None = await conn.fetchval(
+        RETRY, job_id, owner, attempt, error_message, last_error, float(delay_seconds)
+    )
+    return due
 
 
-async def fail(conn: Conn, job_id: int, owner: str, attempt: int, error: str) -> float | None:
-    total = await conn.fetchval(FAIL, job_id, owner, attempt, error)
+async def fail(
+    conn: Conn, job_id: int, owner: str, attempt: int, error_message: str, last_error: str
+) -> float | None:
+    total = await conn.fetchval(FAIL, job_id, owner, attempt, error_message, last_error)
     return None if total is None else float(total)
 
 
@@ -288,12 +406,24 @@ async def release(conn: Conn, job_id: int, owner: str, attempt: int) -> bool:
     return True
 
 
-async def reap_expired(conn: Conn, queue: str) -> list[asyncpg.Record]:
-    return await conn.fetch(REAP_EXPIRED, queue)
+@dataclass(frozen=True)
+class Reaped:
+    """A job the reaper failed: its id, its last attempt and its (API-safe) error."""
+
+    id: int
+    attempt: int
+    error_message: str
 
 
-async def prune_completed(conn: Conn, older_than_seconds: float, limit: int = 1000) -> int:
-    status = await conn.execute(PRUNE_COMPLETED, float(older_than_seconds), limit)
+async def reap_expired(conn: Conn, queue: str) -> list[Reaped]:
+    rows = await conn.fetch(REAP_EXPIRED, queue)
+    return [Reaped(row["id"], row["attempt_count"], row["error_message"]) for row in rows]
+
+
+async def prune_completed(
+    conn: Conn, queue: str, older_than_seconds: float, limit: int = 1000
+) -> int:
+    status = await conn.execute(PRUNE_COMPLETED, float(older_than_seconds), limit, queue)
     return int(status.split()[-1])
 
 

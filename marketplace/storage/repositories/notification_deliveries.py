@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marketplace.storage.pool import Conn, Connection
+from marketplace.storage.repositories.jobs import NEXT_JOB_ID, insert_jobs_from
 
 # "mkt_ntfy": one active notifications consumer among all frontends (the relay's pattern).
 CONSUMER_LOCK_KEY = 0x6D6B745F6E746679
@@ -60,20 +61,31 @@ JOIN users u ON u.user_id = i.recipient
 """
 SELECT_USERNAMES = "SELECT user_id, username FROM usernames WHERE user_id = ANY($1::uuid[])"
 
-# Many rows in one statement; RETURNING names only the rows it created.
-INSERT_DELIVERIES = """
-INSERT INTO notification_deliveries
-    (event_id, event_type, recipient_user_id, status, reason, subject, email, created_at)
-SELECT t.event_id, t.event_type, t.recipient, t.status, t.reason, t.subject, t.email, now()
-FROM unnest($1::bigint[], $2::text[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[])
-    AS t(event_id, event_type, recipient, status, reason, subject, email)
-ON CONFLICT (event_id, recipient_user_id) DO NOTHING
-RETURNING id, event_id, recipient_user_id
-"""
-SET_JOBS = """
-UPDATE notification_deliveries d SET job_id = t.job_id
-FROM unnest($1::uuid[], $2::bigint[]) AS t(id, job_id)
-WHERE d.id = t.id
+# Many rows and the jobs of the queued ones in one statement ($1 the jobs' queue, $2 their max
+# attempts): each row that is inserted (not a conflict) and has a job payload gets a job id
+# drawn for it, and its job (key `delivery:<id>`) is inserted after it; a row that already
+# existed gets no job. RETURNING names only the rows it created.
+INSERT_DELIVERIES = f"""
+WITH t AS (
+    SELECT id, event_id, event_type, recipient, status, reason, subject, email, job_payload
+    FROM unnest($3::uuid[], $4::bigint[], $5::text[], $6::uuid[], $7::text[], $8::text[],
+                $9::text[], $10::text[], $11::text[])
+        AS t(id, event_id, event_type, recipient, status, reason, subject, email, job_payload)
+), d AS (
+    INSERT INTO notification_deliveries
+        (id, event_id, event_type, recipient_user_id, status, reason, subject, email, job_id,
+         created_at)
+    SELECT t.id, t.event_id, t.event_type, t.recipient, t.status, t.reason, t.subject, t.email,
+           CASE WHEN t.job_payload IS NOT NULL THEN {NEXT_JOB_ID} END, now()
+    FROM t
+    ON CONFLICT (event_id, recipient_user_id) DO NOTHING
+    RETURNING id, event_id, recipient_user_id, job_id
+), new_job AS (
+    SELECT d.job_id AS id, t.job_payload::jsonb AS payload, 'delivery:' || d.id AS key
+    FROM d JOIN t ON t.id = d.id
+    WHERE d.job_id IS NOT NULL
+), job AS ({insert_jobs_from("new_job")})
+SELECT id, event_id, recipient_user_id FROM d
 """
 
 # The limiter's rebuild: a key's deliveries that count against its window.
@@ -98,31 +110,22 @@ SELECT d.id, d.event_id, d.event_type, d.recipient_user_id, d.status, d.subject,
 FROM notification_deliveries d WHERE d.id = $1
 """
 # queued -> sent, as the effect of the sending job's completion (repositories.jobs.COMPLETE_WITH:
-# $1-$3 are the job's, $3 its attempt; the row changes only if the job completes).
+# $1-$3 are the job's, $3 its attempt; the statement fails as a whole unless the job completes).
 MARK_SENT_ON_COMPLETION = """
 UPDATE notification_deliveries
 SET status = 'sent', sent_at = now(), updated_at = now(), attempts = greatest(attempts, $3)
-WHERE id = $4 AND status = 'queued' AND EXISTS (SELECT 1 FROM completed)
+WHERE id = $4 AND status = 'queued'
 RETURNING id
 """
-RECORD_FAILURE = """
-UPDATE notification_deliveries
-SET attempts = greatest(attempts, $2), last_error = left($3, 2000), updated_at = now(),
-    status = CASE WHEN $4 THEN 'failed' ELSE status END
-WHERE id = $1 AND status = 'queued'
-"""
-# Deliveries still queued whose job failed without the handler recording it (the last attempt's
-# lease expired and the reaper failed the job, or the attempt was cancelled at its timeout):
-# they take the job's outcome. Only jobs failed within the last $1 seconds are looked at
-# (jobs_failed index), and each delivery by its primary key.
-FAIL_ORPHANED = """
+# Failed attempts of sending jobs, found by job id (notification_deliveries_job), run by the
+# queue's failure hook in the transaction that retries or fails each job: the attempt's error,
+# and `failed` when the job failed.
+RECORD_FAILURES = """
 UPDATE notification_deliveries d
-SET status = 'failed', attempts = greatest(d.attempts, j.attempt_count),
-    last_error = left(coalesce(j.last_error, 'the sending job failed'), 2000), updated_at = now()
-FROM jobs j
-WHERE j.queue = 'notifications' AND j.status = 'failed'
-  AND j.finished_at > now() - make_interval(secs => $1)
-  AND d.id = (j.payload->>'deliveryId')::uuid AND d.job_id = j.id AND d.status = 'queued'
+SET attempts = greatest(d.attempts, t.attempt), last_error = left(t.error, 2000),
+    updated_at = now(), status = CASE WHEN t.final THEN 'failed' ELSE d.status END
+FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::bool[]) AS t(job_id, attempt, error, final)
+WHERE d.job_id = t.job_id AND d.status = 'queued'
 """
 
 
@@ -205,6 +208,7 @@ async def recipient_facts_many(
 
 @dataclass(frozen=True)
 class NewDelivery:
+    id: uuid.UUID
     event_id: int
     event_type: str
     recipient_user_id: uuid.UUID
@@ -212,17 +216,23 @@ class NewDelivery:
     reason: str | None
     subject: str
     email: str | None
+    # The payload of its sending job (JSON text), for a queued row; None: no job.
+    job_payload: str | None = None
 
 
 async def insert_deliveries(
-    conn: Conn, rows: Sequence[NewDelivery]
+    conn: Conn, rows: Sequence[NewDelivery], *, queue: str, max_attempts: int
 ) -> dict[tuple[int, uuid.UUID], uuid.UUID]:
-    """Insert the rows (ON CONFLICT DO NOTHING); (event id, recipient) -> id of each row this
-    statement created (one that existed already is not in it)."""
+    """Insert the rows (ON CONFLICT DO NOTHING) and, for each created row with a job payload,
+    its job on ``queue``, in one statement; (event id, recipient) -> id of each row this
+    statement created (one that existed already is not in it, and got no job)."""
     if not rows:
         return {}
     created = await conn.fetch(
         INSERT_DELIVERIES,
+        queue,
+        max_attempts,
+        [r.id for r in rows],
         [r.event_id for r in rows],
         [r.event_type for r in rows],
         [r.recipient_user_id for r in rows],
@@ -230,14 +240,9 @@ async def insert_deliveries(
         [r.reason for r in rows],
         [r.subject for r in rows],
         [r.email for r in rows],
+        [r.job_payload for r in rows],
     )
     return {(int(r["event_id"]), r["recipient_user_id"]): r["id"] for r in created}
-
-
-async def set_jobs(conn: Conn, jobs: Sequence[tuple[uuid.UUID, int]]) -> None:
-    """Record each delivery's job id (delivery id, job id)."""
-    if jobs:
-        await conn.execute(SET_JOBS, [j[0] for j in jobs], [j[1] for j in jobs])
 
 
 async def usernames(conn: Conn, user_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
@@ -271,15 +276,24 @@ async def delivery_to_send(
     return dict(row) if row is not None else None
 
 
-async def record_failure(
-    conn: Conn, delivery_id: uuid.UUID, attempt: int, error: str, *, final: bool
-) -> None:
-    """An attempt's error; ``final``: the row becomes ``failed`` (no attempt follows)."""
-    await conn.execute(RECORD_FAILURE, delivery_id, attempt, error, final)
+@dataclass(frozen=True)
+class DeliveryFailure:
+    """A failed attempt of the sending job ``job_id``: its number, its (API-safe) error, and
+    whether the job failed for good."""
+
+    job_id: int
+    attempt: int
+    error: str
+    final: bool
 
 
-async def fail_orphaned(conn: Conn, within_seconds: float) -> int:
-    """Mark ``failed`` the queued deliveries whose job failed in the last ``within_seconds``
-    without the handler recording it; the number of rows changed."""
-    status = str(await conn.execute(FAIL_ORPHANED, within_seconds))
-    return int(status.rsplit(" ", 1)[-1])
+async def record_failures(conn: Conn, failures: Sequence[DeliveryFailure]) -> None:
+    """Each failure on the queued delivery of its job; a final one makes it ``failed``."""
+    if failures:
+        await conn.execute(
+            RECORD_FAILURES,
+            [f.job_id for f in failures],
+            [f.attempt for f in failures],
+            [f.error for f in failures],
+            [f.final for f in failures],
+        )

@@ -1,51 +1,50 @@
-"""SQL of verifier jobs (docs/verifier.md): the request rows, their state joined from the
-`verifier` queue's job rows, the listing, the completion with the milestone read model, the
-attempts' raw log and the retention sweep. JSON columns go through the pool's codec: Python
-values in and out.
+"""SQL of verifier jobs (docs/verifier.md): the request rows, inserted with their job on the
+`verifier` queue in one statement, their state read from that job, the listing, the completion
+with the milestone read model, the attempts' raw log and the retention sweep. JSON columns go
+through the pool's codec: Python values in and out.
 
-A row's status is its own once completed, else the queue job's (queued, running, failed); so
-are the attempts, the next attempt's time and the error.
+A row's status, attempts, next attempt and error are its queue job's, and nothing else's: the
+job's completion writes the row's result in the same transaction, and the `verifier` queue never
+prunes its completed jobs (``QueueSpec.keep_completed``; a foreign key holds every row's job).
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Mapping
+from datetime import datetime
 
 import asyncpg
 
-from marketplace.events.types import EventType, NewEvent
+from marketplace.events.types import NewEvent, VerifierJobCompletedPayload
 from marketplace.storage.pool import Conn, Connection
 from marketplace.storage.repositories import events
+from marketplace.storage.repositories.jobs import NewJob, with_new_job
+from marketplace.types import JsonObject
 
-# The columns every read returns: the row, and its live state from the queue.
+# The columns every read returns: the row, and its state from its queue job (the job's API-safe
+# error_message, never its traceback).
 RECORD = """
     v.id, v.seq, v.job_id, v.created_by, v.project_address, v.milestone_index,
     v.check_policy_id, v.delivery_ref, v.chain_id, v.requested_nonce, v.requested_deadline,
     v.attestation_nonce, v.max_attempts, v.dispute_opened_at, v.created_at, v.completed_at,
     v.retention_expires_at, v.passes, v.evidence_hash, v.evidence, v.attestation,
-    coalesce(v.status, j.status, 'failed') AS status,
-    coalesce(v.attempt_count, j.attempt_count, 0) AS attempt_count,
-    CASE WHEN v.status IS NULL AND j.status = 'queued' AND j.attempt_count > 0
-         THEN j.next_attempt_at END AS next_attempt_at,
-    -- The failure without the traceback frames the queue appends for operators (they are no
-    -- business of API clients): everything before the first `  File "...` line.
-    CASE WHEN v.status IS NULL THEN
-        coalesce(split_part(j.last_error, E'\n  File "', 1),
-                 CASE WHEN j.id IS NULL THEN 'the job record is gone' END)
-    END AS error,
+    j.status, j.attempt_count,
+    CASE WHEN j.status = 'queued' AND j.attempt_count > 0 THEN j.next_attempt_at END
+        AS next_attempt_at,
+    j.error_message AS error,
     greatest(v.updated_at, j.started_at, j.finished_at,
              CASE WHEN j.attempt_count > 0 THEN j.next_attempt_at END) AS updated_at"""
-FROM = "verifier_jobs v LEFT JOIN jobs j ON j.id = v.job_id"
+FROM = "verifier_jobs v JOIN jobs j ON j.id = v.job_id"
 
-INSERT = """
+# The row and its job in one statement ($1-$5 the job's, with_new_job).
+INSERT = with_new_job("""
 INSERT INTO verifier_jobs (id, created_by, project_address, milestone_index, check_policy_id,
                            delivery_ref, chain_id, requested_nonce, requested_deadline,
-                           attestation_nonce, max_attempts, dispute_opened_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                           attestation_nonce, max_attempts, dispute_opened_at, job_id)
+SELECT $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, job.id FROM job
 RETURNING created_at
-"""
-SET_JOB = "UPDATE verifier_jobs SET job_id = $2 WHERE id = $1"
+""")
 
 SELECT_ONE = f"SELECT {RECORD} FROM {FROM} WHERE v.id = $1"
 
@@ -55,7 +54,7 @@ LOCK_DISPUTE = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
 SELECT_DISPUTE_JOB = f"""
 SELECT {RECORD} FROM {FROM}
 WHERE v.project_address = $1 AND v.milestone_index = $2 AND v.dispute_opened_at = $3
-  AND coalesce(v.status, j.status, 'failed') <> 'failed'
+  AND j.status <> 'failed'
 ORDER BY v.seq DESC
 LIMIT 1
 """
@@ -85,7 +84,7 @@ WHERE ($2::bool OR v.created_by = $1 OR EXISTS (
           AND (p.owner_address = any(vw.wallets) OR p.selected_builder_address = any(vw.wallets))))
   AND ($3::text IS NULL OR v.project_address = $3)
   AND ($4::int IS NULL OR v.milestone_index = $4)
-  AND ($5::text IS NULL OR coalesce(v.status, j.status, 'failed') = $5)
+  AND ($5::text IS NULL OR j.status = $5)
   AND ($6::bigint IS NULL OR v.seq < $6)
 ORDER BY v.seq DESC
 LIMIT $7
@@ -97,17 +96,18 @@ UPDATE verifier_jobs
 SET raw_evidence = jsonb_set(coalesce(raw_evidence, '{"attempts": []}'::jsonb), '{attempts}',
                              coalesce(raw_evidence -> 'attempts', '[]'::jsonb) || $2::jsonb),
     updated_at = now()
-WHERE id = $1 AND status IS NULL
+WHERE id = $1 AND completed_at IS NULL
 """
 
+# Run in the transaction that completes the row's queue job.
 COMPLETE = """
 UPDATE verifier_jobs
-SET status = 'completed', attempt_count = $2, completed_at = now(), updated_at = now(),
-    retention_expires_at = now() + make_interval(days => $3),
-    passes = $4, evidence_hash = $5, evidence = $6::jsonb, attestation = $7::jsonb,
-    raw_evidence = coalesce(raw_evidence, '{}'::jsonb) || jsonb_build_object('result', $8::jsonb),
-    logs = $9
-WHERE id = $1 AND status IS NULL
+SET completed_at = now(), updated_at = now(),
+    retention_expires_at = now() + make_interval(days => $2),
+    passes = $3, evidence_hash = $4, evidence = $5::jsonb, attestation = $6::jsonb,
+    raw_evidence = coalesce(raw_evidence, '{}'::jsonb) || jsonb_build_object('result', $7::jsonb),
+    logs = $8
+WHERE id = $1 AND completed_at IS NULL
 RETURNING project_address, milestone_index, check_policy_id
 """
 # The newest job by request wins, whatever order jobs complete in: an older job retried until
@@ -132,7 +132,7 @@ WITH expired AS (
     WHERE v.raw_deleted_at IS NULL AND v.retention_expires_at <= now()
     UNION
     SELECT v.id FROM verifier_jobs v JOIN jobs j ON j.id = v.job_id
-    WHERE v.raw_deleted_at IS NULL AND v.status IS NULL AND j.status = 'failed'
+    WHERE v.raw_deleted_at IS NULL AND j.status = 'failed'
       AND j.finished_at <= now() - make_interval(days => $2)
     LIMIT $1
 ),
@@ -147,6 +147,7 @@ FROM locked WHERE v.id = locked.id
 async def insert(
     conn: Conn,
     *,
+    job: NewJob,
     job_id: uuid.UUID,
     created_by: uuid.UUID,
     project_address: str,
@@ -159,10 +160,12 @@ async def insert(
     attestation_nonce: int,
     max_attempts: int,
     dispute_opened_at: int,
-) -> Any:
-    """Insert the request row; returns its ``created_at``."""
-    return await conn.fetchval(
+) -> datetime:
+    """Insert the request row with its queue job (``job``, whose payload names ``job_id``) in
+    one statement; returns the row's ``created_at``."""
+    created_at = await conn.fetchval(
         INSERT,
+        *job.params(),
         job_id,
         created_by,
         project_address,
@@ -176,6 +179,9 @@ async def insert(
         max_attempts,
         dispute_opened_at,
     )
+    if not isinstance(created_at, datetime):
+        raise LookupError(f"verifier job {job_id}: its queue job's idempotency key is taken")
+    return created_at
 
 
 async def lock_dispute(
@@ -194,10 +200,6 @@ async def dispute_job(
 async def acceptance_policy(conn: Conn, project: str, milestone_index: int) -> str | None:
     value: str | None = await conn.fetchval(SELECT_ACCEPTANCE_POLICY, project, milestone_index)
     return value
-
-
-async def set_queue_job(conn: Conn, verifier_job_id: uuid.UUID, queue_job_id: int) -> None:
-    await conn.execute(SET_JOB, verifier_job_id, queue_job_id)
 
 
 async def get(conn: Conn, verifier_job_id: uuid.UUID) -> asyncpg.Record | None:
@@ -227,7 +229,7 @@ async def page(
     )
 
 
-async def record_attempt(conn: Conn, verifier_job_id: uuid.UUID, attempt: dict[str, Any]) -> None:
+async def record_attempt(conn: Conn, verifier_job_id: uuid.UUID, attempt: JsonObject) -> None:
     await conn.execute(RECORD_ATTEMPT, verifier_job_id, [attempt])
 
 
@@ -235,13 +237,12 @@ async def complete(
     conn: Connection,
     verifier_job_id: uuid.UUID,
     *,
-    attempt_count: int,
     retention_days: int,
     passes: bool,
     evidence_hash: str,
-    evidence: dict[str, Any],
-    attestation: dict[str, Any],
-    raw: dict[str, Any],
+    evidence: JsonObject,
+    attestation: Mapping[str, object],  # the signed AttestationPayload, stored as jsonb
+    raw: JsonObject,
     logs: str,
 ) -> bool:
     """Write the result, the milestone's latest-verifier fields and the
@@ -250,7 +251,6 @@ async def complete(
     row = await conn.fetchrow(
         COMPLETE,
         verifier_job_id,
-        attempt_count,
         retention_days,
         passes,
         evidence_hash,
@@ -269,17 +269,15 @@ async def complete(
         passes,
         evidence_hash,
     )
-    payload = {
-        "jobId": str(verifier_job_id),
-        "projectAddress": row["project_address"],
-        "milestoneIndex": row["milestone_index"],
-        "policy": row["check_policy_id"],
-        "passes": passes,
-        "evidenceHash": evidence_hash,
-    }
-    await events.append(
-        conn, [NewEvent(EventType.VERIFIER_JOB_COMPLETED, row["project_address"], payload)]
+    payload = VerifierJobCompletedPayload(
+        jobId=str(verifier_job_id),
+        projectAddress=row["project_address"],
+        milestoneIndex=row["milestone_index"],
+        policy=row["check_policy_id"],
+        passes=passes,
+        evidenceHash=evidence_hash,
     )
+    await events.append(conn, [NewEvent(row["project_address"], payload)])
     return True
 
 

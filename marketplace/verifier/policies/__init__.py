@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from marketplace.config import Settings
+from marketplace.types import JsonObject
 from marketplace.verifier.net import HostNotFound, HostRefused
 from marketplace.verifier.policies import commands, gitrepo
 from marketplace.verifier.policies.address import parse_address, run_address_smoke
@@ -47,7 +48,7 @@ async def run_github_ref(ref: gitrepo.RepoRef, ctx: PolicyContext) -> PolicyOutc
     scratch = gitrepo.scratch_dir(ctx, "github-ref-")
     home = scratch / "home"
     home.mkdir()
-    evidence: dict[str, Any] = {
+    evidence: JsonObject = {
         "policy": "github-ref",
         "repository": ref.slug,
         "repositoryUrl": ref.url,

@@ -7,6 +7,7 @@ import re
 from eth_utils import keccak, to_checksum_address
 
 from marketplace.chain.rpc import JsonRpcClient, RpcError
+from marketplace.types import JsonObject
 from marketplace.verifier.policy import (
     InvalidDeliveryRef,
     PolicyContext,
@@ -44,7 +45,7 @@ async def run_address_smoke(address: str, ctx: PolicyContext) -> PolicyOutcome:
     finally:
         await client.close()
     code = bytes.fromhex(str(code_hex).removeprefix("0x"))
-    evidence = {
+    evidence: JsonObject = {
         "policy": "address-smoke",
         "chainId": int(chain_id_hex, 16),
         "address": address,

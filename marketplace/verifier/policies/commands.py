@@ -27,8 +27,9 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias, cast
 
+from marketplace.types import JsonObject
 from marketplace.verifier.net import HostNotFound, HostRefused
 from marketplace.verifier.policies import gitrepo
 from marketplace.verifier.policies.tooling import Tooling, probe
@@ -118,9 +119,22 @@ def _forge_env(tools: Tooling, home: Path) -> dict[str, str]:
 # (foundry reads kebab-case and camelCase keys as snake_case). `extends` would pull in another
 # file's values, which the rewrite below does not see.
 _FORGE_FORCED = {"ffi", "fspermissions", "extends"}
+#: A value :mod:`tomllib` gives (and :func:`toml_dumps` writes back).
+TomlValue: TypeAlias = (
+    str
+    | int
+    | float
+    | bool
+    | datetime.datetime
+    | datetime.date
+    | datetime.time
+    | list["TomlValue"]
+    | dict[str, "TomlValue"]
+)
+TomlTable: TypeAlias = dict[str, TomlValue]
 # What every profile gets: no ffi; the cheatcodes' file access only inside the checkout
 # (forge resolves "./" against the project root and refuses paths that leave it, links too).
-_FORGE_PROFILE_FORCED: dict[str, Any] = {
+_FORGE_PROFILE_FORCED: TomlTable = {
     "ffi": False,
     "fs_permissions": [{"access": "read-write", "path": "./"}],
 }
@@ -132,7 +146,7 @@ def _forced_key(key: str) -> bool:
     return key.lower().replace("-", "").replace("_", "") in _FORGE_FORCED
 
 
-def _strip_forced(value: Any) -> Any:
+def _strip_forced(value: TomlValue) -> TomlValue:
     """``value`` without any forced key, at any depth (a profile may sit in a legacy top-level
     table; stripping everywhere needs no list of which tables are profiles)."""
     if isinstance(value, dict):
@@ -164,13 +178,13 @@ def forge_config(checkout: Path) -> str:
     file is the only lever. A file that does not parse (or is a link) gives the forced keys
     alone, on forge's defaults."""
     raw = _read_no_follow(checkout / "foundry.toml")
-    document: dict[str, Any] = {}
+    document: TomlTable = {}
     if raw is not None and len(raw) <= _FORGE_CONFIG_MAX_BYTES:
         try:
             document = tomllib.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, tomllib.TOMLDecodeError):
             document = {}
-    document = _strip_forced(document)
+    document = cast(TomlTable, _strip_forced(document))
     profiles = document.get("profile")
     if not isinstance(profiles, dict):
         profiles = {}
@@ -180,7 +194,9 @@ def forge_config(checkout: Path) -> str:
             if isinstance(profile, dict)
             else {**_FORGE_PROFILE_FORCED}
         )
-    profiles["default"] = {**profiles.get("default", {}), **_FORGE_PROFILE_FORCED}
+    # Every profile is a table by now (the loop above made it one).
+    default = cast(TomlTable, profiles.get("default", {}))
+    profiles["default"] = {**default, **_FORGE_PROFILE_FORCED}
     document["profile"] = profiles
     return toml_dumps(document)
 
@@ -198,7 +214,7 @@ def _toml_string(value: str) -> str:
     return "".join(out)
 
 
-def _toml_value(value: Any) -> str:
+def _toml_value(value: TomlValue) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -221,7 +237,7 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"not a TOML value: {type(value).__name__}")
 
 
-def toml_dumps(document: dict[str, Any]) -> str:
+def toml_dumps(document: TomlTable) -> str:
     """TOML for what :mod:`tomllib` parsed: one ``[table]`` per top-level table (profiles as
     ``[profile."name"]``), everything below inline. Only for our own rewrite of a foundry.toml
     (the standard library reads TOML but does not write it)."""
@@ -235,7 +251,8 @@ def toml_dumps(document: dict[str, Any]) -> str:
         if key == "profile":
             for name, profile in value.items():
                 lines.append(f"\n[profile.{_toml_string(name)}]")
-                lines += [f"{_toml_string(k)} = {_toml_value(v)}" for k, v in profile.items()]
+                table = cast(TomlTable, profile)  # forge_config made every profile a table
+                lines += [f"{_toml_string(k)} = {_toml_value(v)}" for k, v in table.items()]
             continue
         lines.append(f"\n[{_toml_string(key)}]")
         lines += [f"{_toml_string(k)} = {_toml_value(v)}" for k, v in value.items()]
@@ -338,7 +355,7 @@ async def run_suite(suite: TestSuite, ref: gitrepo.RepoRef, ctx: PolicyContext) 
     home = scratch / "home"
     home.mkdir()
     checkout = scratch / "src"
-    evidence: dict[str, Any] = {
+    evidence: JsonObject = {
         "policy": suite.policy,
         "repository": ref.slug,
         "repositoryUrl": ref.url,
@@ -418,7 +435,7 @@ async def run_suite(suite: TestSuite, ref: gitrepo.RepoRef, ctx: PolicyContext) 
         ],
         reason=reason,
     )
-    raw = {
+    raw: JsonObject = {
         "commit": commit,
         "commands": [
             {

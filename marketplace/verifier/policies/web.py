@@ -9,11 +9,12 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
+from pydantic import JsonValue
 from yarl import URL
 
+from marketplace.types import JsonObject
 from marketplace.verifier.net import (
     FetchTrace,
     HostNotFound,
@@ -124,7 +125,7 @@ def _transient_status(status: int) -> bool:
     return status >= 500 or status in _TRANSIENT_STATUSES
 
 
-def _hops(trace: FetchTrace) -> list[dict[str, Any]]:
+def _hops(trace: FetchTrace) -> list[JsonValue]:
     return [{"url": url, "status": status} for url, status in trace.hops]
 
 
@@ -132,7 +133,7 @@ async def run_figma(ref: FigmaRef, ctx: PolicyContext) -> PolicyOutcome:
     settings = ctx.settings
     allow_private = settings.verifier_allow_private_hosts
     trace = FetchTrace()
-    evidence: dict[str, Any] = {
+    evidence: JsonObject = {
         "policy": "figma-ref",
         "url": ref.url,
         "kind": ref.kind,
@@ -175,13 +176,13 @@ async def run_screenshot(ref: ScreenshotRef, ctx: PolicyContext) -> PolicyOutcom
     allow_private = settings.verifier_allow_private_hosts
     limit = settings.verifier_max_image_bytes
     trace = FetchTrace()
-    evidence: dict[str, Any] = {
+    evidence: JsonObject = {
         "policy": "screenshot-ref",
         "url": ref.source,
         "fetchUrl": ref.fetch_url,
         "sizeLimit": limit,
     }
-    raw: dict[str, Any] = {}
+    raw: JsonObject = {}
     try:
         async with (
             guarded_session(
@@ -226,6 +227,6 @@ async def run_screenshot(ref: ScreenshotRef, ctx: PolicyContext) -> PolicyOutcom
     return PolicyOutcome(passes=True, evidence=evidence, raw=raw)
 
 
-def _negative(evidence: dict[str, Any], raw: dict[str, Any], reason: str) -> PolicyOutcome:
+def _negative(evidence: JsonObject, raw: JsonObject, reason: str) -> PolicyOutcome:
     evidence["reason"] = reason
     return PolicyOutcome(passes=False, evidence=evidence, raw=raw)

@@ -13,9 +13,8 @@ import asyncio
 import contextlib
 import random
 import socket
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,21 +26,19 @@ from pydantic import SecretStr
 from marketplace.actors.job_worker import location
 from marketplace.actors.verifier_executor import executor_spec
 from marketplace.config import Settings
-from marketplace.devnet.anvil import AnvilProcess
-from marketplace.devnet.deploy import DEV_VERIFIER_PRIVATE_KEY, Deployment
 from marketplace.jobs.worker import JobWorker
 from marketplace.storage.pool import create_pool
 from marketplace.verifier.execution import VERIFIER_QUEUE
 from marketplace.verifier.policy import PolicySettings
+from marketplace_devstack.devnet.anvil import AnvilProcess
+from marketplace_devstack.devnet.deploy import DEV_VERIFIER_PRIVATE_KEY, Deployment
 from tests.api.projects import seed
 from tests.api.records.conftest import (
     AppFactory,
     Party,
-    client,
     db,
     error_code,
     linked_party,
-    make_client,
     random_address,
     seed_project,
 )
@@ -49,15 +46,14 @@ from tests.conftest import Servers, make_settings
 from tests.contracts.helpers import Chain
 from tests.support.chain import start_devnet, web3_for
 from tests.support.disputes import disputed_project, set_policies
+from tests.support.waiting import eventually_sync, eventually_value
 
 __all__ = [
     "AppFactory",
     "Party",
-    "client",
     "db",
     "error_code",
     "linked_party",
-    "make_client",
     "random_address",
     "seed",
     "seed_project",
@@ -185,14 +181,14 @@ def start_executor(settings: Settings, index: int = 0) -> Any:
 
 
 def wait_gone(name: str, namespace: str, within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+    def gone() -> bool:
         try:
             ray.get_actor(name, namespace=namespace)
         except ValueError:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"actor {name} still registered after {within} s")
+            return True
+        return False
+
+    eventually_sync(gone, within=within, what=f"actor {name} to be unregistered", interval=0.05)
 
 
 def job_body(project: str, **values: Any) -> dict[str, Any]:
@@ -219,30 +215,14 @@ async def get_job(client: Any, headers: dict[str, str], job_id: str) -> dict[str
     return dict(await resp.json())
 
 
-async def wait_for(
-    read: Callable[[], Awaitable[dict[str, Any]]],
-    done: Callable[[dict[str, Any]], bool],
-    what: str,
-    within: float = 30.0,
-) -> dict[str, Any]:
-    deadline = time.monotonic() + within
-    while True:
-        value = await read()
-        if done(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last: {value}")
-        await asyncio.sleep(0.05)
-
-
 async def wait_status(
     client: Any, headers: dict[str, str], job_id: str, *statuses: str, within: float = 30.0
 ) -> dict[str, Any]:
-    return await wait_for(
+    return await eventually_value(
         lambda: get_job(client, headers, job_id),
-        lambda job: job["status"] in statuses,
-        f"job {job_id} to be {'/'.join(statuses)}",
-        within,
+        until=lambda job: job["status"] in statuses,
+        within=within,
+        what=f"job {job_id} to be {'/'.join(statuses)}",
     )
 
 

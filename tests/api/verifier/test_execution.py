@@ -38,13 +38,13 @@ from tests.api.verifier.conftest import (
     linked_party,
     random_address,
     verifier_worker,
-    wait_for,
     wait_status,
 )
 from tests.conftest import new_user
 from tests.contracts.helpers import Chain
 from tests.support.chain import reverting_chain
 from tests.support.verifier_fixtures import PNG_1X1
+from tests.support.waiting import eventually_value
 
 TTL = 3600
 
@@ -343,10 +343,11 @@ async def test_transient_failure_is_retried_then_completes(
         jobs_backoff_cap_seconds=60.0,
     )
     async with verifier_worker(unreachable, rng=LongestBackoff()):
-        retrying = await wait_for(
+        retrying = await eventually_value(
             lambda: get_job(vclient, owner.headers, job_id),
-            lambda job: job["attemptCount"] == 1 and job["status"] == "queued",
-            "the first attempt to fail",
+            until=lambda job: job["attemptCount"] == 1 and job["status"] == "queued",
+            within=30,
+            what="the first attempt to fail",
         )
     assert retrying["error"].startswith("TransientPolicyError: chain RPC"), retrying
     assert 'File "' not in retrying["error"]  # no traceback frames
@@ -449,9 +450,9 @@ async def test_exhausted_retries_fail_the_job(
     assert (raw["raw"], raw["logs"]) == (None, None)
     # No attestation, and the milestone read model is untouched.
     row = await db.fetchrow(
-        "SELECT attestation, status FROM verifier_jobs WHERE id = $1", uuid.UUID(job_id)
+        "SELECT attestation, completed_at FROM verifier_jobs WHERE id = $1", uuid.UUID(job_id)
     )
-    assert row is not None and (row["attestation"], row["status"]) == (None, None)
+    assert row is not None and (row["attestation"], row["completed_at"]) == (None, None)
     resp = await client.get(f"{JOBS}?status=failed", headers=owner.headers)
     assert [j["id"] for j in (await resp.json())["items"]] == [job_id]
     # The attempts' log of a failed job is swept the retention period after it failed.
@@ -464,6 +465,40 @@ async def test_exhausted_retries_fail_the_job(
     assert await sweep_expired(db, retention_days=30) == 1
     resp = await client.get(f"{JOBS}/{job_id}/evidence/raw", headers=owner.headers)
     assert await error_code(resp, 410) == "raw_evidence_expired"
+
+
+async def test_a_job_whose_worker_died_on_its_last_attempt_reads_failed(
+    vclient: Any,
+    db: asyncpg.Connection,
+    worker_settings: Callable[..., Settings],
+    devnet: Devnet,
+    chain: Chain,
+) -> None:
+    """The kill path: the last attempt's worker died, so nothing of the handler ran to the end;
+    the reaper fails the queue job, and the record (whose state is its job's) reads failed with
+    the reaper's error at once: there is no second state to fall behind."""
+    project, owner, _ = await disputed_with_parties(vclient, db, chain, devnet.deployment.registry)
+    job_id = (
+        await create_job(
+            vclient, owner.headers, job_body(project, deliveryRef=devnet.deployment.registry)
+        )
+    )["jobId"]
+    await db.execute(
+        "UPDATE jobs SET status = 'running', attempt_count = max_attempts, lease_owner = 'dead',"
+        " lease_expires_at = now() - interval '1 second', started_at = now()"
+        " WHERE id = (SELECT job_id FROM verifier_jobs WHERE id = $1)",
+        uuid.UUID(job_id),
+    )
+    running = await get_job(vclient, owner.headers, job_id)
+    assert running["status"] == "running"
+    async with verifier_worker(worker_settings()):
+        failed = await wait_status(vclient, owner.headers, job_id, "completed", "failed")
+    assert failed["status"] == "failed", failed
+    assert failed["error"] == "lease expired during the last attempt (its worker died or hung)"
+    assert failed["attemptCount"] == failed["maxAttempts"]
+    assert failed["nextAttemptAt"] is None and failed["result"] is None
+    resp = await vclient.get(f"{JOBS}?status=failed", headers=owner.headers)
+    assert [j["id"] for j in (await resp.json())["items"]] == [job_id]
 
 
 async def test_one_verdict_per_dispute_and_a_new_job_only_after_a_failed_one(

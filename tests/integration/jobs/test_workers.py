@@ -20,8 +20,8 @@ from marketplace.errors import ServiceUnavailable
 from marketplace.http import keys
 from marketplace.jobs import JobRegistry, QueueSpec, enqueue
 from tests.conftest import Servers, make_settings
-from tests.integration.jobs.conftest import wait_until
-from tests.integration.jobs.handlers import scripted
+from tests.integration.jobs.handlers import Script, scripted
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -51,10 +51,14 @@ def queue() -> Iterator[str]:
             ray.kill(ray.get_actor(entry["name"], namespace=entry["namespace"]), no_restart=True)
 
 
+def spec_of(queue: str) -> QueueSpec[Script]:
+    return QueueSpec(queue, Script, scripted)
+
+
 def start_workers(settings: Settings, servers: Servers, queue: str) -> JobWorkers:
     runtime = ActorRuntime(settings, database_url=servers.database_url)
     runtime.connect()
-    workers = JobWorkers(runtime, JobRegistry([QueueSpec(queue, scripted)]))
+    workers = JobWorkers(runtime, JobRegistry([spec_of(queue)]))
     workers.start()
     return workers
 
@@ -64,7 +68,7 @@ async def all_listening(workers: JobWorkers, count: int) -> bool:
         states = await workers.status_all()
     except ServiceUnavailable:
         return False  # still starting: a new actor process takes a few seconds on a busy host
-    return len(states) == count and all(s["listening"] for s in states)
+    return len(states) == count and all(s.listening for s in states)
 
 
 async def test_concurrent_workers_run_each_job_exactly_once(
@@ -73,13 +77,13 @@ async def test_concurrent_workers_run_each_job_exactly_once(
     # A lease far longer than any stall of a loaded test machine: this test is about workers
     # that hold their leases.
     workers = start_workers(job_settings(servers, jobs_lease_seconds=30), servers, queue)
-    await wait_until(lambda: all_listening(workers, 3), 60, "three workers listening")
+    await eventually(lambda: all_listening(workers, 3), within=60, what="three workers listening")
     names = {e["name"] for e in ray.util.list_named_actors(all_namespaces=True)}
     assert {worker_name(queue, i) for i in range(3)} <= names
 
     async with pool.acquire() as conn, conn.transaction():
         ids = [
-            (await enqueue(conn, queue, {"sleep_on": True, "sleep": 0.01})).job_id
+            (await enqueue(conn, spec_of(queue), Script(sleep_on=True, sleep=0.01))).job_id
             for _ in range(200)
         ]
 
@@ -89,7 +93,7 @@ async def test_concurrent_workers_run_each_job_exactly_once(
         )
         return bool(done == 200)
 
-    await wait_until(all_done, 90, "200 jobs completed")
+    await eventually(all_done, within=90, what="200 jobs completed")
     assert await pool.fetchval("SELECT count(*) FROM job_test_effects") == 200
     runs = await pool.fetch(
         "SELECT job_id, count(*) AS runs FROM job_test_executions GROUP BY job_id"
@@ -106,16 +110,16 @@ async def test_concurrent_workers_run_each_job_exactly_once(
     pids = await pool.fetch("SELECT DISTINCT pid FROM job_test_executions")
     assert len(pids) == 3
     states = await workers.status_all()
-    assert sum(s["counts"].get("completed", 0) for s in states) == 200
-    assert all(s["counts"].get("completed", 0) > 0 for s in states)
+    assert sum(s.counts.get("completed", 0) for s in states) == 200
+    assert all(s.counts.get("completed", 0) > 0 for s in states)
 
 
 async def test_a_worker_killed_mid_job_leaves_it_to_be_retried_and_completed_once(
     pool: asyncpg.Pool, servers: Servers, queue: str
 ) -> None:
     workers = start_workers(job_settings(servers, jobs_workers_per_queue=2), servers, queue)
-    await wait_until(lambda: all_listening(workers, 2), 60, "two workers listening")
-    job_id = (await enqueue(pool, queue, {"sleep_on": [1], "sleep": 60})).job_id
+    await eventually(lambda: all_listening(workers, 2), within=60, what="two workers listening")
+    job_id = (await enqueue(pool, spec_of(queue), Script(sleep_on=[1], sleep=60))).job_id
 
     async def started() -> bool:
         return bool(
@@ -124,7 +128,7 @@ async def test_a_worker_killed_mid_job_leaves_it_to_be_retried_and_completed_onc
             )
         )
 
-    await wait_until(started, 20, "first attempt started")
+    await eventually(started, within=20, what="first attempt started")
     first = await pool.fetchrow(
         "SELECT lease_owner, lease_expires_at FROM jobs WHERE id = $1", job_id
     )
@@ -132,14 +136,14 @@ async def test_a_worker_killed_mid_job_leaves_it_to_be_retried_and_completed_onc
     victim_name = first["lease_owner"].split(":", 1)[0]
     victim = ray.get_actor(victim_name, namespace="marketplace-test")
     victim_state = await victim.status.remote()
-    assert victim_state["owner"] == first["lease_owner"]
-    assert victim_state["active"] == [job_id]
-    os.kill(victim_state["pid"], signal.SIGKILL)
+    assert victim_state.owner == first["lease_owner"]
+    assert victim_state.active == (job_id,)
+    os.kill(victim_state.pid, signal.SIGKILL)
 
     async def completed() -> bool:
         return await pool.fetchval("SELECT status FROM jobs WHERE id = $1", job_id) == "completed"
 
-    await wait_until(completed, 60, "job completed after the kill")
+    await eventually(completed, within=60, what="job completed after the kill")
     row = await pool.fetchrow("SELECT attempt_count, last_error FROM jobs WHERE id = $1", job_id)
     assert row["attempt_count"] == 2
     effects = await pool.fetch("SELECT attempt, owner FROM job_test_effects")
@@ -160,10 +164,10 @@ async def test_a_worker_killed_mid_job_leaves_it_to_be_retried_and_completed_onc
             state = await victim.status.remote()
         except ray.exceptions.RayActorError:
             return False
-        return bool(state["pid"] != victim_state["pid"] and state["listening"])
+        return state.pid != victim_state.pid and state.listening
 
-    await wait_until(restarted, 60, "killed worker restarted")
-    assert (await victim.status.remote())["owner"] != first["lease_owner"]
+    await eventually(restarted, within=60, what="killed worker restarted")
+    assert (await victim.status.remote()).owner != first["lease_owner"]
 
 
 async def test_metrics_show_depth_attempts_outcomes_and_latency(
@@ -172,15 +176,17 @@ async def test_metrics_show_depth_attempts_outcomes_and_latency(
     from marketplace.http.app import create_app
 
     app = create_app(job_settings(servers, jobs_workers_per_queue=1))
-    app[keys.JOB_REGISTRY] = JobRegistry([QueueSpec(queue, scripted)])
+    app[keys.JOB_REGISTRY] = JobRegistry([spec_of(queue)])
     client = await aiohttp_client(app)
     workers = client.app[keys.JOB_WORKERS]
-    await wait_until(lambda: all_listening(workers, 1), 60, "worker listening")
+    await eventually(lambda: all_listening(workers, 1), within=60, what="worker listening")
 
     for _ in range(5):
-        await enqueue(pool, queue, {})
-    failing = await enqueue(pool, queue, {"raise_on": True, "message": "x"}, max_attempts=2)
-    await enqueue(pool, queue, {}, delay_seconds=3600)
+        await enqueue(pool, spec_of(queue), Script())
+    failing = await enqueue(
+        pool, spec_of(queue), Script(raise_on=True, message="x"), max_attempts=2
+    )
+    await enqueue(pool, spec_of(queue), Script(), delay_seconds=3600)
 
     async def settled() -> bool:
         finished = await pool.fetchval(
@@ -188,7 +194,7 @@ async def test_metrics_show_depth_attempts_outcomes_and_latency(
         )
         return bool(finished == 6)
 
-    await wait_until(settled, 30, "jobs finished")
+    await eventually(settled, within=30, what="jobs finished")
     assert await pool.fetchval("SELECT status FROM jobs WHERE id = $1", failing.job_id) == "failed"
 
     async def scraped() -> str:
@@ -200,7 +206,7 @@ async def test_metrics_show_depth_attempts_outcomes_and_latency(
         # Workers flush their counters to Redis about once a second.
         return f'marketplace_job_attempts_total{{queue="{queue}"}} 7.0' in await scraped()
 
-    await wait_until(flushed, 10, "worker counters mirrored")
+    await eventually(flushed, within=10, what="worker counters mirrored")
     text = await scraped()
     expected = [
         f'marketplace_jobs{{queue="{queue}",status="queued"}} 1.0',

@@ -8,8 +8,7 @@ Apps are built with `jobs_enabled=False` (tests/conftest.py also keeps apps from
 
 from __future__ import annotations
 
-import asyncio
-import time
+import functools
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -19,40 +18,32 @@ import asyncpg
 import pytest
 
 from marketplace.actors.notification_limiter import RemoteLimiter
+from marketplace.config import Settings
 from marketplace.config.notifications import NotificationRates
 from marketplace.http import keys
 from marketplace.notifications.consumer import ConsumerConfig, NotificationConsumer, consume_all
 from marketplace.storage.pool import connect
-from tests.api.records.conftest import AppFactory, Party
+from tests.api.records.conftest import Party
 from tests.conftest import Servers, make_settings
+from tests.support import apps
+from tests.support.apps import AppFactory
+
+# Apps of this suite run no job worker (``jobs_enabled=False``) unless a test turns it on.
+APP_DEFAULTS: dict[str, Any] = {"jobs_enabled": False}
 
 
 @pytest.fixture
-def make_client(
-    aiohttp_client: Any, servers: Servers, ray_cluster: None, clean_state: None
-) -> AppFactory:
-    from marketplace.http.app import create_app
-
-    async def build(**overrides: Any) -> Any:
-        values: dict[str, Any] = {"jobs_enabled": False}
-        values.update(overrides)
-        return await aiohttp_client(create_app(make_settings(servers, **values)))
-
-    return build
+def settings(servers: Servers) -> Settings:
+    return make_settings(servers, **APP_DEFAULTS)
 
 
 @pytest.fixture
-async def client(make_client: AppFactory) -> Any:
-    return await make_client()
+def make_client(make_client: AppFactory) -> AppFactory:
+    return functools.partial(make_client, **APP_DEFAULTS)
 
 
-@pytest.fixture
-async def db(servers: Servers, client: Any) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(servers.database_url)
-    try:
-        yield conn
-    finally:
-        await conn.close()
+# A direct connection, opened after the client (tests/support/apps.py).
+db = apps.db
 
 
 def config(rate: str = "5/3600", max_attempts: int = 5) -> ConsumerConfig:
@@ -114,14 +105,3 @@ async def deliveries(db: asyncpg.Connection) -> list[asyncpg.Record]:
         "SELECT d.*, e.type AS outbox_type FROM notification_deliveries d"
         " LEFT JOIN events e ON e.id = d.event_id ORDER BY d.seq"
     )
-
-
-async def wait_until(
-    predicate: Callable[[], Awaitable[Any]], limit_s: float, what: str = "condition"
-) -> None:
-    started = time.monotonic()
-    while time.monotonic() - started < limit_s:
-        if await predicate():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what} not met within {limit_s} s")

@@ -19,8 +19,9 @@ from marketplace.storage.pool import create_pool
 from tests.api.messaging.conftest import chat_message, dm, project_with_worker
 from tests.api.records.conftest import HASH_A, linked_party, seed_dispute, seed_project
 from tests.conftest import Servers, make_settings
-from tests.integration.notifications.conftest import Pipeline, deliveries, set_email, wait_until
+from tests.integration.notifications.conftest import Pipeline, deliveries, set_email
 from tests.support.smtp import SmtpTestServer
+from tests.support.waiting import eventually
 
 BASE_URL = "https://market.example"
 
@@ -36,7 +37,6 @@ async def smtp_worker(servers: Servers, smtp: SmtpTestServer) -> AsyncIterator[J
         jobs_backoff_base_seconds=0.2,
         jobs_backoff_cap_seconds=0.5,
     )
-    assert settings.notification_sender.endswith("smtp_sender:smtp_sender")
     pool = await create_pool(servers.database_url, min_size=1, max_size=6)
     worker = JobWorker(NOTIFICATIONS_QUEUE, pool, settings, owner="test-smtp")
     task = asyncio.create_task(worker.run())
@@ -87,7 +87,7 @@ async def test_each_event_type_arrives_as_one_email(
     assert await pipeline.consume() == 4
 
     async with smtp_worker(servers, smtp_server):
-        await wait_until(lambda: settled(db), 30, "deliveries sent")
+        await eventually(lambda: settled(db), within=30, what="deliveries sent")
         await asyncio.sleep(0.3)  # a second send of any of them would show by now
     assert await statuses(db) == ["sent"] * 4
     received = smtp_server.wait_for(4)
@@ -133,7 +133,7 @@ async def test_a_burst_of_15_dms_sends_5_and_rate_limits_10(
         await dm(client, project.owner, project.worker, f"message {n}")
     assert await pipeline.consume() == 15
     async with smtp_worker(servers, smtp_server):
-        await wait_until(lambda: settled(db), 30, "deliveries settled")
+        await eventually(lambda: settled(db), within=30, what="deliveries settled")
         await asyncio.sleep(0.3)
     got = await statuses(db)
     assert (got.count("sent"), got.count("rate_limited"), len(got)) == (5, 10, 15)
@@ -158,12 +158,14 @@ async def test_smtp_down_then_up_is_retried_and_sent_once(
         return bool(row["attempts"] >= 2 and row["last_error"])
 
     async with smtp_worker(servers, smtp_server):
-        await wait_until(retried, 30, "a failed attempt retried")
+        await eventually(retried, within=30, what="a failed attempt retried")
         (row,) = await deliveries(db)
         assert row["status"] == "queued"  # still to be sent: attempts remain
         assert "TransientMailError" in row["last_error"]
         smtp_server.start()
-        await wait_until(lambda: settled(db), 30, "delivery sent after the server came back")
+        await eventually(
+            lambda: settled(db), within=30, what="delivery sent after the server came back"
+        )
         await asyncio.sleep(0.5)
     (row,) = await deliveries(db)
     assert row["status"] == "sent" and row["sent_at"] is not None
@@ -183,7 +185,7 @@ async def test_an_smtp_5xx_fails_the_delivery_after_one_attempt(
     await pipeline.consume()
     smtp_server.fail_next(1, 550, text="5.1.1 no such mailbox")
     async with smtp_worker(servers, smtp_server):
-        await wait_until(lambda: settled(db), 30, "delivery failed")
+        await eventually(lambda: settled(db), within=30, what="delivery failed")
         await asyncio.sleep(0.3)
     (row,) = await deliveries(db)
     assert (row["status"], row["attempts"], row["sent_at"]) == ("failed", 1, None)

@@ -15,11 +15,11 @@ import pytest
 
 from marketplace.config import Settings
 from marketplace.config.mail import parse_smtp_url
-from marketplace.devnet.node import Stoppable
-from marketplace.embedded.smtp import EmbeddedSmtp
-from marketplace.embedded.stack import start_smtp
 from marketplace.notifications.email import EmailContent, compose
 from marketplace.notifications.mailer import send_message, wire_format
+from marketplace_devstack.devnet.node import Stoppable
+from marketplace_devstack.embedded.smtp import EmbeddedSmtp
+from marketplace_devstack.embedded.stack import start_smtp
 
 FROM = "Marketplace <marketplace@localhost>"
 

@@ -24,8 +24,8 @@ from tests.integration.notifications.conftest import (
     config,
     deliveries,
     set_email,
-    wait_until,
 )
+from tests.support.waiting import eventually
 
 ADMITTED = ("queued", "sent", "failed")
 
@@ -293,7 +293,7 @@ async def test_a_restarted_consumer_resumes_without_duplicates_or_gaps(
     try:
         for i in range(4):
             await dm(client, project.owner, project.worker, f"before {i}")
-        await wait_until(lambda: _equals(count, 4), 30, "4 deliveries")
+        await eventually(lambda: _equals(count, 4), within=30, what="4 deliveries")
         assert [first.active, standby.active].count(True) == 1  # one lock holder
         active = 0 if first.active else 1
         tasks[active].cancel()
@@ -302,7 +302,7 @@ async def test_a_restarted_consumer_resumes_without_duplicates_or_gaps(
         # Sent while the active consumer is gone: the standby takes over and catches up.
         for i in range(4):
             await dm(client, project.owner, project.worker, f"after {i}")
-        await wait_until(lambda: _equals(count, 8), 30, "8 deliveries")
+        await eventually(lambda: _equals(count, 8), within=30, what="8 deliveries")
         assert (standby if active == 0 else first).active
     finally:
         for task in tasks:
@@ -353,7 +353,7 @@ async def test_the_limiter_killed_mid_burst_keeps_the_limit_and_loses_nothing(
     try:
         for i in range(3):
             await dm(client, project.owner, project.worker, f"early {i}")
-        await wait_until(lambda: _at_least(admitted, 3), 30, "3 queued deliveries")
+        await eventually(lambda: _at_least(admitted, 3), within=30, what="3 queued deliveries")
         # The actor's window for this recipient now holds 3; kill it (Ray restarts it).
         ray.kill(ray.get_actor(ACTOR_NAME, namespace="marketplace-test"), no_restart=False)
         for i in range(12):
@@ -363,14 +363,14 @@ async def test_the_limiter_killed_mid_burst_keeps_the_limit_and_loses_nothing(
             n = await db.fetchval("SELECT count(*) FROM notification_deliveries")
             return bool(n == 15)
 
-        await wait_until(all_rows, 60, "15 deliveries")
+        await eventually(all_rows, within=60, what="15 deliveries")
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
     after = await limiter.status()
-    assert after["pid"] != before["pid"]  # it was restarted, and rebuilt the window from rows
-    assert after["rebuiltKeys"] >= 1
+    assert after.pid != before.pid  # it was restarted, and rebuilt the window from rows
+    assert after.rebuilt_keys >= 1
     rows = await deliveries(db)
     assert len(rows) == 15
     assert len({r["event_id"] for r in rows}) == 15
@@ -393,7 +393,7 @@ async def test_the_app_runs_the_consumer_it_declares(make_client: Any) -> None:
             rows = await deliveries(conn)
             return len(rows) == 1 and rows[0]["status"] == "queued"
 
-        await wait_until(delivered, 30, "the app's consumer wrote the delivery")
+        await eventually(delivered, within=30, what="the app's consumer wrote the delivery")
         assert client.app[CONSUMER].active
     finally:
         await conn.close()

@@ -15,13 +15,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from marketplace.config.mail import SmtpTarget, parse_smtp_url
-from marketplace.embedded.procs import free_port
 from marketplace.notifications.email import EmailContent, compose
 from marketplace.notifications.mailer import (
     PermanentMailError,
     TransientMailError,
     send_message,
 )
+from marketplace_devstack.embedded.procs import free_port
 from tests.support.smtp import SmtpTestServer
 
 FROM = "Marketplace <noreply@market.example>"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -25,22 +25,23 @@ from pydantic import SecretStr
 
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
-from marketplace.devnet.anvil import AnvilProcess
-from marketplace.devnet.deploy import DEV_VERIFIER_PRIVATE_KEY, Deployment
 from marketplace.indexer.engine import IndexerEngine
-from marketplace.storage.pool import create_pool
 from marketplace.storage.repositories import verifier_jobs as repo
 from marketplace.verifier import jobs
 from marketplace.verifier.models import VerifierJobCreateRequest
 from marketplace.verifier.policies import available_policies
 from marketplace.verifier.policy import PolicyId
+from marketplace_devstack.devnet.anvil import AnvilProcess
+from marketplace_devstack.devnet.deploy import DEV_VERIFIER_PRIVATE_KEY, Deployment
 from tests.api.projects import seed
-from tests.conftest import Servers, reset_state
+from tests.conftest import Servers
 from tests.contracts.helpers import Chain
 from tests.support.chain import chain_settings, indexer_config, reverting_chain, start_devnet
 from tests.support.chain import sync as sync_engine
+from tests.support.db import open_pool
 from tests.support.disputes import disputed_project, set_policies
 from tests.support.verifier_fixtures import PNG_1X1
+from tests.support.waiting import eventually
 
 
 @dataclass(frozen=True)
@@ -80,10 +81,8 @@ def verifier_settings(servers: Servers, devnet: Devnet, namespace: str, **extra:
 
 @pytest.fixture
 async def pool(servers: Servers) -> AsyncIterator[asyncpg.Pool]:
-    await reset_state(servers)
-    pool = await create_pool(servers.database_url, min_size=1, max_size=8)
-    yield pool
-    await pool.close()
+    async with open_pool(servers, max_size=8) as pool:
+        yield pool
 
 
 @pytest.fixture
@@ -171,17 +170,6 @@ async def dispute_jobs(
     return await request_jobs(pool, settings, user_id, projects, policy, refs)
 
 
-async def wait_for(
-    predicate: Callable[[], Awaitable[Any]], limit_s: float, what: str, *, step: float = 0.1
-) -> None:
-    started = time.monotonic()
-    while time.monotonic() - started < limit_s:
-        if await predicate():
-            return
-        await asyncio.sleep(step)
-    raise AssertionError(f"{what}: not within {limit_s} s")
-
-
 async def wait_completed(
     pool: asyncpg.Pool, job_ids: list[uuid.UUID], limit_s: float
 ) -> list[asyncpg.Record]:
@@ -191,7 +179,9 @@ async def wait_completed(
         assert not failed, [(r["id"], r["error"]) for r in failed]
         return all(r is not None and r["status"] == "completed" for r in rows)
 
-    await wait_for(done, limit_s, f"{len(job_ids)} verifier jobs completed", step=0.2)
+    await eventually(
+        done, within=limit_s, what=f"{len(job_ids)} verifier jobs completed", interval=0.2
+    )
     rows = [await repo.get(pool, job_id) for job_id in job_ids]
     return [r for r in rows if r is not None]
 

@@ -36,9 +36,10 @@ from tests.integration.verifier.conftest import (
     Devnet,
     disputed_projects,
     verifier_settings,
-    wait_for,
 )
+from tests.support.apps import app_client
 from tests.support.chain import sync
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -60,9 +61,8 @@ def settings(servers: Servers, devnet: Devnet, namespace: str) -> Settings:
 
 @pytest.fixture
 async def client(aiohttp_client: Any, settings: Settings, pool: asyncpg.Pool) -> Any:
-    from marketplace.http.app import create_app
-
-    return await aiohttp_client(create_app(settings))
+    # Built after the pool's state reset (the suite's only one), as the other fixtures are.
+    return await app_client(aiohttp_client, settings)
 
 
 @pytest.fixture
@@ -117,7 +117,7 @@ async def run_job(client: Any, worker: Any, project: Any, settings: Settings) ->
         assert record["status"] not in ("failed",), record
         return record["status"] == "completed"
 
-    await wait_for(completed, 60, "verifier job completed")
+    await eventually(completed, within=60, what="verifier job completed", interval=0.1)
     return record
 
 

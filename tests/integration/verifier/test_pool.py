@@ -40,8 +40,8 @@ from tests.integration.verifier.conftest import (
     verifier_admin,
     verifier_settings,
     wait_completed,
-    wait_for,
 )
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -84,9 +84,9 @@ async def start_pool(settings: Settings, servers: Servers, size: int) -> JobWork
             states = await workers.status_all()
         except ServiceUnavailable:
             return False  # a new actor process takes seconds on a busy host
-        return len(states) == size and all(s["listening"] for s in states)
+        return len(states) == size and all(s.listening for s in states)
 
-    await wait_for(listening, 60, f"{size} verifier workers listening", step=0.2)
+    await eventually(listening, within=60, what=f"{size} verifier workers listening", interval=0.2)
     return workers
 
 
@@ -173,7 +173,7 @@ async def test_a_worker_killed_mid_job_leaves_it_retried_and_completed_once(
     async def fetching() -> bool:
         return slow_images.arrived("victim") == 1
 
-    await wait_for(fetching, 30, "the first attempt fetching the image")
+    await eventually(fetching, within=30, what="the first attempt fetching the image", interval=0.1)
     queue_job = await pool.fetchrow(
         "SELECT j.id, j.lease_owner FROM jobs j JOIN verifier_jobs v ON v.job_id = j.id"
         " WHERE v.id = $1",
@@ -182,7 +182,7 @@ async def test_a_worker_killed_mid_job_leaves_it_retried_and_completed_once(
     assert queue_job is not None and queue_job["lease_owner"]
     victim_name = queue_job["lease_owner"].split(":", 1)[0]
     victim = ray.get_actor(victim_name, namespace=namespace)
-    assert (await victim.status.remote())["active"] == [queue_job["id"]]
+    assert (await victim.status.remote()).active == (queue_job["id"],)
     ray.kill(victim, no_restart=False)
 
     (row,) = await wait_completed(pool, [job_id], 60)

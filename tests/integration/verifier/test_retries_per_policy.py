@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -54,6 +53,7 @@ from tests.support.verifier_fixtures import (
     free_port,
     npm_repo,
 )
+from tests.support.waiting import eventually_value
 
 Outage = Literal["down", "503"]
 # What the job's error says for each kind of outage (git, aiohttp and the RPC client word a
@@ -255,15 +255,12 @@ async def wait_row(
     what: str,
     within: float = 60.0,
 ) -> asyncpg.Record:
-    deadline = time.monotonic() + within
-    while True:
+    async def read() -> asyncpg.Record:
         row = await repo.get(pool, job_id)
         assert row is not None
-        if done(row):
-            return row
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last: {dict(row)}")
-        await asyncio.sleep(0.05)
+        return row
+
+    return await eventually_value(read, until=done, within=within, what=what)
 
 
 async def accept_job(

@@ -22,10 +22,10 @@ from eth_utils import keccak
 from pydantic import SecretStr
 
 from marketplace.config import Settings
-from marketplace.devnet.deploy import Deployment
 from marketplace.http.ratelimit import AUTH_FAILED
 from marketplace.http.server import JsonErrorsTestServer
 from marketplace.http.verifier_runtime import cmd_serve, create_runtime_app
+from marketplace_devstack.devnet.deploy import Deployment
 from tests.conftest import SCHEDULER_SECRET, Servers, make_settings
 from tests.support.chain import start_devnet
 
@@ -156,7 +156,7 @@ async def test_a_policy_without_tooling_is_refused(
 async def test_an_unreachable_chain_is_a_503_with_retry_after(
     servers: Servers, devnet: tuple[str, Deployment], tmp_path: Path
 ) -> None:
-    from marketplace.embedded.procs import free_port
+    from marketplace_devstack.embedded.procs import free_port
 
     settings = make_settings(
         servers,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pickle
 import sys
 import uuid
 from collections.abc import Iterator
@@ -21,7 +22,6 @@ import asyncpg
 import pytest
 
 from marketplace.actors.options import ACTOR_RESOURCE_UNITS
-from marketplace.actors.runtime import settings_for_actor
 from marketplace.indexer.engine import IndexerEngine
 from marketplace.storage.repositories import verifier_jobs as repo
 from marketplace.verifier.policy import PolicyId
@@ -85,9 +85,7 @@ async def test_verifier_jobs_run_on_both_nodes_of_a_two_node_cluster(
         env=ray_environment(cluster.home),
     )
     try:
-        out, err = await asyncio.wait_for(
-            driver.communicate(json.dumps(settings_for_actor(settings)).encode()), 90
-        )
+        out, err = await asyncio.wait_for(driver.communicate(pickle.dumps(settings)), 90)
     finally:
         if driver.returncode is None:
             driver.kill()

@@ -2,7 +2,7 @@
 connected to the suite's single-node Ray runtime, and a process joins one Ray cluster only).
 
 Run as ``python -m tests.integration.verifier.two_node_driver`` from the repository root, with
-the actors' settings as JSON on stdin (``settings_for_actor``, ``ray_address`` the head). It
+the settings pickled on stdin (``ray_address`` the head). It
 connects through :class:`ActorRuntime` as a frontend does, waits for both nodes, starts the
 verifier pool (named, detached actors: they outlive this process, until the nodes stop) and
 waits until every worker listens, then starts each worker's policy executor (same index); it
@@ -12,7 +12,9 @@ prints one JSON line: the nodes' ids and the workers' states.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import pickle
 import sys
 import time
 from typing import Any
@@ -46,7 +48,7 @@ async def start_pool(settings: Settings) -> dict[str, Any]:
     while True:
         try:
             states = await workers.status_all()
-            if len(states) == size and all(s["listening"] for s in states):
+            if len(states) == size and all(s.listening for s in states):
                 break
         except ServiceUnavailable:
             pass  # an actor process still starting
@@ -59,7 +61,7 @@ async def start_pool(settings: Settings) -> dict[str, Any]:
         for n in ray.nodes()
         if n["Alive"]
     ]
-    return {"nodes": nodes, "workers": states}
+    return {"nodes": nodes, "workers": [dataclasses.asdict(s) for s in states]}
 
 
 def start_executors(settings: Settings, size: int) -> None:
@@ -75,7 +77,8 @@ def start_executors(settings: Settings, size: int) -> None:
 
 
 def main() -> None:
-    settings = Settings(**json.load(sys.stdin))
+    settings = pickle.loads(sys.stdin.buffer.read())
+    assert isinstance(settings, Settings)
     report = asyncio.run(start_pool(settings))
     print(json.dumps(report), flush=True)
 

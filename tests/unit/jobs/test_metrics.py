@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from marketplace.http.job_queue import JobMetricsCollector
 from marketplace.jobs.metrics import (
     RUN_BUCKETS,
     WAIT_BUCKETS,
@@ -12,7 +13,6 @@ from marketplace.jobs.metrics import (
     JobMetricsSnapshot,
     parse_hash,
 )
-from marketplace.metrics import JobMetricsCollector
 
 
 def recorded_fields(recorder: JobMetricsRecorder) -> dict[str, str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import statistics
-from datetime import UTC, datetime
 
 import pytest
 
@@ -12,28 +11,14 @@ from marketplace.jobs.model import (
     TRANSITIONS,
     Backoff,
     Fail,
-    Job,
     JobStatus,
     Retry,
     after_failure,
     allowed,
     check_queue_name,
     describe_error,
+    error_message,
 )
-
-NOW = datetime(2025, 1, 1, tzinfo=UTC)
-
-
-def job(attempt: int, max_attempts: int = 5) -> Job:
-    return Job(
-        id=1,
-        queue="q",
-        payload={},
-        attempt=attempt,
-        max_attempts=max_attempts,
-        created_at=NOW,
-        due_at=NOW,
-    )
 
 
 def test_ceiling_doubles_from_base_until_the_cap() -> None:
@@ -86,25 +71,25 @@ def test_delay_is_reproducible_with_a_seeded_generator() -> None:
 def test_a_failure_with_attempts_left_is_retried_within_its_window() -> None:
     backoff = Backoff(2, 600)
     for attempt in range(1, 5):
-        decision = after_failure(job(attempt), permanent=False, backoff=backoff)
+        decision = after_failure(attempt, 5, permanent=False, backoff=backoff)
         assert isinstance(decision, Retry)
         assert 0 <= decision.delay_seconds <= backoff.ceiling(attempt)
 
 
 def test_the_last_attempt_fails_the_job() -> None:
-    decision = after_failure(job(5, max_attempts=5), permanent=False, backoff=Backoff(1, 1))
+    decision = after_failure(5, 5, permanent=False, backoff=Backoff(1, 1))
     assert decision == Fail("exhausted")
     # A takeover can push attempt_count past max_attempts; that is exhausted too.
-    assert after_failure(job(6, 5), permanent=False, backoff=Backoff(1, 1)) == Fail("exhausted")
+    assert after_failure(6, 5, permanent=False, backoff=Backoff(1, 1)) == Fail("exhausted")
 
 
 def test_a_permanent_error_fails_at_once_whatever_is_left() -> None:
-    decision = after_failure(job(1, max_attempts=10), permanent=True, backoff=Backoff(1, 1))
+    decision = after_failure(1, 10, permanent=True, backoff=Backoff(1, 1))
     assert decision == Fail("permanent")
 
 
 def test_single_attempt_jobs_never_retry() -> None:
-    assert after_failure(job(1, 1), permanent=False, backoff=Backoff(1, 1)) == Fail("exhausted")
+    assert after_failure(1, 1, permanent=False, backoff=Backoff(1, 1)) == Fail("exhausted")
 
 
 def test_finished_states_are_terminal() -> None:
@@ -150,3 +135,18 @@ def test_error_text_leads_with_the_exception_and_is_bounded() -> None:
         short = describe_error(exc)
     assert short.startswith("KeyError: 'subject'")
     assert "test_error_text_leads_with_the_exception" in short  # the frame is kept
+
+
+def test_the_error_message_is_the_exception_without_its_frames() -> None:
+    def explode() -> None:
+        raise RuntimeError("smtp said no\nsecond line")
+
+    try:
+        explode()
+    except RuntimeError as exc:
+        message, text = error_message(exc), describe_error(exc)
+    assert message == "RuntimeError: smtp said no\nsecond line"
+    assert 'File "' not in message
+    assert text.startswith(message + "\n") and 'File "' in text
+    assert error_message(KeyError()) == "KeyError"
+    assert len(error_message(ValueError("x" * 10_000), limit=100)) == 100

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from marketplace.capabilities import CAPABILITIES, resolve
-from marketplace.jobs import QueueSpec
+from marketplace.events.types import EventType
+from marketplace.http.capabilities import CAPABILITIES
 from marketplace.notifications.consumer import QUEUE
 from marketplace.notifications.recipients import CONSUMED_TYPES
+from marketplace.notifications.sending import NOTIFICATIONS_QUEUE
 
 
-def test_the_capability_consumes_what_the_recipients_resolve_and_declares_the_queue() -> None:
+def test_the_capability_declares_the_queue_the_consumer_enqueues_on() -> None:
     (capability,) = [c for c in CAPABILITIES if c.name == "notification_pipeline"]
-    assert set(capability.consumes) == set(CONSUMED_TYPES)
-    (queue,) = [resolve(ref) for ref in capability.queues]
-    assert isinstance(queue, QueueSpec) and queue.name == QUEUE
+    assert capability.queues == (NOTIFICATIONS_QUEUE,)
+    assert NOTIFICATIONS_QUEUE.name == QUEUE
+    assert set(CONSUMED_TYPES) <= set(EventType)

@@ -123,12 +123,15 @@ def test_mail_errors_survive_pickling_with_their_fields() -> None:
     assert TransientMailError("x").transient and not PermanentMailError("x").transient
 
 
-def test_actors_rebuild_settings_with_the_real_smtp_url() -> None:
-    from marketplace.actors.runtime import settings_for_actor
+def test_actors_get_the_real_smtp_url_as_a_secret() -> None:
+    import ray.cloudpickle as cloudpickle
+
+    from marketplace.actors.settings import ActorSettings
 
     url = "smtp://u:topsecret@mail.example.com:2525"
-    data = settings_for_actor(Settings(smtp_url=url))  # type: ignore[arg-type]
-    assert data["smtp_url"] == url
-    rebuilt = Settings(**data)
-    assert rebuilt.smtp_target == SmtpTarget("smtp", "mail.example.com", 2525, "u", "topsecret")
-    assert Settings(**settings_for_actor(Settings())).smtp_url is None
+    sent = ActorSettings.of(Settings(smtp_url=url))  # type: ignore[arg-type]
+    received = cloudpickle.loads(cloudpickle.dumps(sent))
+    assert received.smtp_url is not None and received.smtp_url.get_secret_value() == url
+    assert "topsecret" not in repr(received)
+    assert received.smtp_target == SmtpTarget("smtp", "mail.example.com", 2525, "u", "topsecret")
+    assert ActorSettings.of(Settings()).smtp_url is None

@@ -14,7 +14,6 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from marketplace.config import Settings
-from marketplace.embedded.stack import dev_notification_secret
 from marketplace.notifications.errors import InvalidUnsubscribeToken
 from marketplace.notifications.models import NotificationEventType
 from marketplace.notifications.unsubscribe import (
@@ -24,6 +23,7 @@ from marketplace.notifications.unsubscribe import (
     read_token,
     unsubscribe_key,
 )
+from marketplace_devstack.embedded.stack import dev_notification_secret
 
 KEY = b"k" * 32
 
@@ -98,16 +98,18 @@ def test_serve_refuses_to_start_without_the_secret() -> None:
 
 
 def test_actors_get_the_unsubscribe_secret_but_not_the_session_secrets() -> None:
-    from marketplace.actors.runtime import settings_for_actor
+    import ray.cloudpickle as cloudpickle
+
+    from marketplace.actors.settings import ActorSettings
 
     secret = "a" * 40
     settings = Settings(
         jwt_secret=SecretStr("j" * 40), notification_unsubscribe_secret=SecretStr(secret)
     )
-    rebuilt = Settings(**settings_for_actor(settings))
-    assert rebuilt.jwt_secret is None
-    assert unsubscribe_key(rebuilt) == secret.encode()
-    assert Settings(**settings_for_actor(Settings())).notification_unsubscribe_secret is None
+    received = cloudpickle.loads(cloudpickle.dumps(ActorSettings.of(settings)))
+    assert received.jwt_secret is None
+    assert unsubscribe_key(received) == secret.encode()
+    assert ActorSettings.of(Settings()).notification_unsubscribe_secret is None
 
 
 def test_the_composer_accepts_the_link_and_puts_it_in_list_unsubscribe() -> None:

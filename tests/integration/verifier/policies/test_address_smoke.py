@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from eth_utils import keccak
 
-from marketplace.devnet.anvil import AnvilProcess
-from marketplace.devnet.deploy import Deployment, dev_address
 from marketplace.verifier.evidence import evidence_hash
 from marketplace.verifier.policies import run_policy
 from marketplace.verifier.policy import PolicyId, TransientPolicyError
+from marketplace_devstack.devnet.anvil import AnvilProcess
+from marketplace_devstack.devnet.deploy import Deployment, dev_address
 from tests.support.chain import start_devnet, web3_for
 from tests.support.verifier_fixtures import context, free_port, local_settings
 
