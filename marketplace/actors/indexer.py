@@ -1,18 +1,12 @@
 """The chain indexer actor: one named, restartable Ray actor per deployment.
 
-Fault contract: all progress lives in Postgres (cursor, recorded blocks, read models), advanced
-batch by batch in single transactions. The actor's own memory holds only caches (the set of
-known project addresses) that it reloads. Killed at any point and restarted by Ray, its
-``__init__`` starts the loop again, which resumes from the cursor; a batch that was in flight is
-simply done again. The loop never dies on a bad block or an unreachable node: failures are logged,
-counted and retried with exponential backoff (never slower than the poll interval, so recovery is
-seen as fast as progress would be). The outcome of every poll goes to Redis
-(``marketplace.indexer.health``), so every frontend's indexer status and readiness name a dead
-chain RPC within one poll interval; a lost ``newHeads`` subscription wakes the loop at once.
-
-The loop runs on its own thread with its own event loop, so it starts in ``__init__`` (also after
-a restart, when nobody calls the actor) and the actor's methods stay answerable while a batch
-runs.
+An async actor: its loop is an asyncio task started from ``__init__`` on the actor's own event
+loop (Ray runs an async actor's ``__init__`` there), as the job workers' are, so a Ray restart
+starts it again with nobody calling the actor, and the actor's methods stay answerable while a
+batch runs (every call the loop makes awaits I/O: the JSON-RPC client is aiohttp, the database
+asyncpg, Redis and the ``newHeads`` WebSocket asyncio clients; no synchronous web3 client is
+used). Only CPU work runs on the loop itself between awaits: decoding one page's logs, or one
+chunk of ``SNAPSHOT_PROJECTS`` snapshots.
 """
 
 from __future__ import annotations
@@ -21,12 +15,15 @@ import asyncio
 import contextlib
 import json
 import logging
-import threading
+import os
 import time
-from typing import Any
+
+import asyncpg
 
 from marketplace.actors.options import ActorSpec
+from marketplace.actors.settings import ActorSettings
 from marketplace.actors.startup import start_actor
+from marketplace.actors.status import IndexedBatch, IndexerStatus
 from marketplace.aio import cancel_and_wait, wait_event
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
@@ -58,76 +55,83 @@ def indexer_config(settings: Settings) -> IndexerConfig:
 
 
 class ChainIndexer:
-    def __init__(self, settings: dict[str, Any]) -> None:
-        self.settings = start_actor("indexer", settings)
-        self.config = indexer_config(self.settings)
-        self._stop = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake: asyncio.Event | None = None
-        self._state: dict[str, Any] = {
-            "started_at": time.time(),
-            "batches": 0,
-            "errors": 0,
-            "last_error": None,
-            "last_batch": None,
-            "subscribed": False,
-        }
-        self._thread = threading.Thread(target=self._run_thread, name="indexer", daemon=True)
-        self._thread.start()
+    """Fault contract: all progress lives in Postgres (cursor, recorded blocks, read models),
+    advanced batch by batch in single transactions. The actor's own memory holds only caches
+    (the set of known project addresses) that it reloads, and the counters :meth:`status`
+    answers. Killed at any point and restarted by Ray (``max_restarts=-1``), its ``__init__``
+    starts the loop again, which resumes from the cursor; a batch that was in flight is simply
+    done again. The loop never dies on a bad block, an unreachable node or an unreachable
+    database (at start or later): failures are logged, counted and retried with exponential
+    backoff (never slower than the poll interval, so recovery is seen as fast as progress would
+    be). The outcome of every poll goes to Redis (``marketplace.indexer.health``), so every
+    frontend's indexer status and readiness name a dead chain RPC within one poll interval; a
+    lost ``newHeads`` subscription wakes the loop at once. Its methods read state, set a wake-up
+    flag or stop the loop, all safe to repeat, so Ray may retry them after a restart.
+    """
+
+    def __init__(self, settings: ActorSettings) -> None:
+        start_actor("indexer", settings)
+        self.settings = settings
+        self.config = indexer_config(settings)
+        self.started_at = time.time()
+        self._stopped = False
+        self._wake = asyncio.Event()
+        self._batches = 0
+        self._errors = 0
+        self._last_error: str | None = None
+        self._last_batch: IndexedBatch | None = None
+        self._subscribed = False
+        self._task = asyncio.get_running_loop().create_task(self._main(), name="indexer")
 
     # --- actor methods --------------------------------------------------------------------
 
-    def status(self) -> dict[str, Any]:
-        return dict(self._state, alive=self._thread.is_alive())
+    async def status(self) -> IndexerStatus:
+        return IndexerStatus(
+            pid=os.getpid(),
+            started_at=self.started_at,
+            running=not self._task.done(),
+            subscribed=self._subscribed,
+            batches=self._batches,
+            errors=self._errors,
+            last_error=self._last_error,
+            last_batch=self._last_batch,
+        )
 
-    def sync_now(self) -> None:
+    async def sync_now(self) -> None:
         """Wake the loop now instead of at the next poll (used by tests and operators)."""
-        if self._loop is not None and self._wake is not None:
-            self._loop.call_soon_threadsafe(self._wake.set)
+        self._wake.set()
 
-    def stop(self) -> None:
-        self._stop.set()
-        self.sync_now()
+    async def stop(self) -> None:
+        """Stop the loop; a batch in flight rolls back (the next start does it again)."""
+        self._stopped = True
+        await cancel_and_wait(self._task)
 
     # --- the loop -------------------------------------------------------------------------
 
-    def _run_thread(self) -> None:
-        asyncio.run(self._main())
-
     async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
-        pool = await create_pool(self.settings.database_url, min_size=1, max_size=4)
         redis = Redis.from_url(self.settings.redis_url) if self.settings.redis_url else None
         rpc = JsonRpcClient(self.config.rpc_url)
-        engine = IndexerEngine(self.config, pool, rpc, redis)
         health = HealthRecorder(redis, self.config.chain_id)
         heads = asyncio.create_task(self._follow_new_heads())
+        pool: asyncpg.Pool | None = None
+        engine: IndexerEngine | None = None
         poll_s = self.config.poll_interval_ms / 1000
         max_backoff = min(MAX_BACKOFF_SECONDS, max(poll_s, 0.5))
         backoff = 0.5
         try:
-            while not self._stop.is_set():
+            while not self._stopped:
                 try:
+                    if engine is None:
+                        # Postgres may be unreachable at start: this is retried like a poll.
+                        pool = pool or await create_pool(
+                            self.settings.database_url, min_size=1, max_size=4
+                        )
+                        engine = IndexerEngine(self.config, pool, rpc, redis)
                     result = await engine.sync_once()
-                    await health.record(Attempt.OK)
-                    backoff = 0.5
-                    self._state["batches"] += 1
-                    self._state["last_batch"] = {
-                        "from": result.from_block,
-                        "to": result.to_block,
-                        "head": result.head,
-                        "events": result.events,
-                        "projects": result.projects,
-                        "reorg": result.reorg,
-                    }
-                    if result.behind or result.reorg:
-                        continue
-                    await self._sleep(poll_s)
                 except Exception as exc:
-                    self._state["errors"] += 1
-                    self._state["last_error"] = repr(exc)
-                    kind = classify_failure(exc)
+                    self._errors += 1
+                    self._last_error = repr(exc)
+                    kind = classify_failure(exc) if engine is not None else Attempt.INDEXER_ERROR
                     # The traceback once per run of like failures; the status shows the rest.
                     first = await health.record(kind)
                     log.log(
@@ -137,18 +141,33 @@ class ChainIndexer:
                         backoff,
                         exc_info=True,
                     )
-                    await engine.record_rpc_error()
+                    if engine is not None:
+                        await engine.record_rpc_error()
                     await self._sleep(backoff)
                     backoff = min(backoff * 2, max_backoff)
+                    continue
+                await health.record(Attempt.OK)
+                backoff = 0.5
+                self._batches += 1
+                self._last_batch = IndexedBatch(
+                    from_block=result.from_block,
+                    to_block=result.to_block,
+                    head=result.head,
+                    events=result.events,
+                    projects=result.projects,
+                    reorg=result.reorg,
+                )
+                if not (result.behind or result.reorg):
+                    await self._sleep(poll_s)
         finally:
             await cancel_and_wait(heads)
             await rpc.close()
-            await pool.close()
+            if pool is not None:
+                await pool.close()
             if redis is not None:
                 await redis.aclose()
 
     async def _sleep(self, seconds: float) -> None:
-        assert self._wake is not None
         with contextlib.suppress(TimeoutError):
             await wait_event(self._wake, seconds)
         self._wake.clear()
@@ -160,7 +179,7 @@ class ChainIndexer:
         if not self.config.ws_url:
             return
         backoff = 1.0
-        while not self._stop.is_set():
+        while not self._stopped:
             try:
                 async with websockets.connect(self.config.ws_url, open_timeout=5) as ws:
                     await ws.send(
@@ -177,18 +196,17 @@ class ChainIndexer:
                     if "error" in reply:
                         log.info("node offers no newHeads subscription; polling only")
                         return
-                    self._state["subscribed"] = True
+                    self._subscribed = True
                     backoff = 1.0
                     async for _ in ws:
-                        assert self._wake is not None
                         self._wake.set()
             except asyncio.CancelledError:
                 raise
             except Exception:
-                if self._state["subscribed"] and self._wake is not None:
+                if self._subscribed:
                     # The node may be gone: poll now rather than at the next interval.
                     self._wake.set()
-                self._state["subscribed"] = False
+                self._subscribed = False
                 log.debug("newHeads subscription lost", exc_info=True)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)

@@ -30,7 +30,9 @@ import ray
 
 from marketplace.actors.options import ActorSpec
 from marketplace.actors.runtime import ActorRuntime
+from marketplace.actors.settings import ActorSettings
 from marketplace.actors.startup import start_actor
+from marketplace.actors.status import JobWorkerStatus
 from marketplace.aio import wait_finished
 from marketplace.jobs.metrics import JobMetricsRecorder
 from marketplace.jobs.registry import JobRegistry, QueueSpec
@@ -44,8 +46,9 @@ MAX_START_BACKOFF_SECONDS = 30.0
 
 
 class JobWorkerActor:
-    def __init__(self, settings: dict[str, Any], spec: QueueSpec, index: int) -> None:
-        self.settings = start_actor("job-worker", settings)
+    def __init__(self, settings: ActorSettings, spec: QueueSpec, index: int) -> None:
+        start_actor("job-worker", settings)
+        self.settings = settings
         self.spec = spec
         self.index = index
         # A fresh owner per process: a restarted actor must not mistake the dead process's
@@ -104,17 +107,21 @@ class JobWorkerActor:
 
     # --- actor methods ----------------------------------------------------------------------
 
-    async def status(self) -> dict[str, Any]:
-        state = self.worker.status() if self.worker is not None else {"queue": self.spec.name}
-        return {
-            **state,
-            "owner": self.owner,
-            "pid": os.getpid(),
-            "index": self.index,
-            "started_at": self.started_at,
-            "running": self.worker is not None and not self._task.done(),
-            "listening": self.listener is not None and self.listener.connected,
-        }
+    async def status(self) -> JobWorkerStatus:
+        worker = self.worker
+        return JobWorkerStatus(
+            queue=self.spec.name,
+            index=self.index,
+            owner=self.owner,
+            pid=os.getpid(),
+            started_at=self.started_at,
+            running=worker is not None and not self._task.done(),
+            listening=self.listener is not None and self.listener.connected,
+            stopping=worker is not None and worker.stopping,
+            active=tuple(worker.active_jobs) if worker is not None else (),
+            counts=dict(worker.counts) if worker is not None else {},
+            last_error=worker.last_error if worker is not None else None,
+        )
 
     async def wake(self) -> None:
         if self.worker is not None:
@@ -178,6 +185,6 @@ class JobWorkers:
         """Create (or find) every worker now; returns how many there are."""
         return len(self.handles())
 
-    async def status_all(self) -> list[dict[str, Any]]:
+    async def status_all(self) -> list[JobWorkerStatus]:
         calls = [self.runtime.call(name, handle, "status") for name, handle in self.handles()]
         return list(await asyncio.gather(*calls))

@@ -31,7 +31,9 @@ from marketplace.actors.runtime import (
     ActorRuntime,
     stable_shard,
 )
+from marketplace.actors.settings import ActorSettings
 from marketplace.actors.startup import start_actor
+from marketplace.actors.status import ShardPing
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.errors import MarketplaceError, ServiceUnavailable
 from marketplace.metrics import SHARD_COMMAND_LATENCY, SHARD_COMMANDS
@@ -60,9 +62,9 @@ class ShardActor:
     changes nothing the second time, or a UNIQUE constraint that answers 409).
     """
 
-    def __init__(self, settings: dict[str, Any], family: ShardFamily, shard_index: int) -> None:
-        self.settings = start_actor(f"{ShardFamily(family).value}-shard", settings)
-        self.database_url: str = settings["database_url"]
+    def __init__(self, settings: ActorSettings, family: ShardFamily, shard_index: int) -> None:
+        start_actor(f"{ShardFamily(family).value}-shard", settings)
+        self.settings = settings
         self.family = ShardFamily(family)
         self.shard_count = self.family.shard_count(self.settings)
         self.shard_index = shard_index
@@ -130,7 +132,9 @@ class ShardActor:
         if self._pool is None:
             async with self._pool_lock:
                 if self._pool is None:
-                    self._pool = await create_pool(self.database_url, min_size=1, max_size=4)
+                    self._pool = await create_pool(
+                        self.settings.database_url, min_size=1, max_size=4
+                    )
         return self._pool
 
     async def close(self) -> None:
@@ -142,11 +146,11 @@ class ShardActor:
         self._context = None
         self._pool = None
 
-    async def ping(self) -> dict[str, Any]:
+    async def ping(self) -> ShardPing:
         pool = await self.pool()
         async with pool.acquire() as conn:
             await conn.fetchval("SELECT 1")
-        return {"shard": self.shard_index, "pid": os.getpid()}
+        return ShardPing(shard=self.shard_index, pid=os.getpid())
 
 
 # A frontend sends each shard one call at a time; commands that arrive meanwhile wait and go
@@ -225,10 +229,6 @@ class ShardRouter:
         return spec.name, self.runtime.handle(
             spec, self.runtime.actor_settings(), self.family, index
         )
-
-    async def call(self, key: str, method: str, *args: Any) -> Any:
-        name, handle = self._handle(self.index_for(key))
-        return await self.runtime.call(name, handle, method, *args)
 
     async def run(self, command: ShardCommand[R]) -> R:
         """Run a domain command on the shard that owns its key; its result, or its domain
@@ -345,7 +345,13 @@ class ShardRouter:
         for index in range(self.count):
             self._handle(index)
 
-    async def ping_all(self) -> list[dict[str, Any]]:
+    async def ping(self, key: str) -> ShardPing:
+        """Ping the shard owning ``key`` (its process id tells a restart)."""
+        name, handle = self._handle(self.index_for(key))
+        answer: ShardPing = await self.runtime.call(name, handle, "ping")
+        return answer
+
+    async def ping_all(self) -> list[ShardPing]:
         handles = [self._handle(index) for index in range(self.count)]
         calls = [self.runtime.call(name, handle, "ping") for name, handle in handles]
         return list(await asyncio.gather(*calls))

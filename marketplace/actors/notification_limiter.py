@@ -32,7 +32,9 @@ import asyncpg
 
 from marketplace.actors.options import ActorSpec
 from marketplace.actors.runtime import ActorRuntime
+from marketplace.actors.settings import ActorSettings
 from marketplace.actors.startup import start_actor
+from marketplace.actors.status import LimiterStatus
 from marketplace.notifications.rate_limit import LimitRequest, WindowLimiter
 from marketplace.storage.pool import create_pool
 from marketplace.storage.repositories import notification_deliveries as repo
@@ -43,9 +45,9 @@ FORGET_INTERVAL_SECONDS = 300.0
 
 
 class NotificationLimiterActor:
-    def __init__(self, settings: dict[str, Any]) -> None:
-        self.settings = start_actor("notification-limiter", settings)
-        self.database_url: str = settings["database_url"]
+    def __init__(self, settings: ActorSettings) -> None:
+        start_actor("notification-limiter", settings)
+        self.settings = settings
         self._pool: asyncpg.Pool | None = None
         self._pool_lock = asyncio.Lock()
         self.limiter = WindowLimiter(self._load)
@@ -57,7 +59,7 @@ class NotificationLimiterActor:
     async def _pool_(self) -> asyncpg.Pool:
         async with self._pool_lock:
             if self._pool is None:
-                self._pool = await create_pool(self.database_url, min_size=1, max_size=2)
+                self._pool = await create_pool(self.settings.database_url, min_size=1, max_size=2)
         return self._pool
 
     async def _load(
@@ -74,13 +76,13 @@ class NotificationLimiterActor:
                 self._forgotten_at = time.monotonic()
             return verdicts
 
-    async def status(self) -> dict[str, Any]:
-        return {
-            "pid": os.getpid(),
-            "keys": len(self.limiter.log),
-            "rebuiltKeys": self.limiter.rebuilt_keys,
-            "startedAt": self.started_at,
-        }
+    async def status(self) -> LimiterStatus:
+        return LimiterStatus(
+            pid=os.getpid(),
+            keys=len(self.limiter.log),
+            rebuilt_keys=self.limiter.rebuilt_keys,
+            started_at=self.started_at,
+        )
 
 
 LIMITER_SPEC = ActorSpec(
@@ -105,6 +107,6 @@ class RemoteLimiter:
         result = await self.runtime.call(ACTOR_NAME, self.handle(), "admit", list(requests), now)
         return list(result)
 
-    async def status(self) -> dict[str, Any]:
-        result = await self.runtime.call(ACTOR_NAME, self.handle(), "status")
-        return dict(result)
+    async def status(self) -> LimiterStatus:
+        result: LimiterStatus = await self.runtime.call(ACTOR_NAME, self.handle(), "status")
+        return result

@@ -8,11 +8,26 @@ whoever comes first creates it, everyone else gets a handle to the same one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal, TypedDict
 
 # How much of MARKETPLACE_RAY_ACTOR_RESOURCE one actor takes: one slot, so what a node
 # advertises (Ray wants whole numbers there) is how many actors it may host at most.
 ACTOR_RESOURCE_UNITS = 1
+
+
+class RayActorOptions(TypedDict, total=False):
+    """The ``ray.remote(...).options(...)`` keywords the marketplace's actors use."""
+
+    name: str
+    namespace: str
+    get_if_exists: bool
+    lifetime: Literal["detached"]
+    max_restarts: int
+    max_task_retries: int
+    max_concurrency: int
+    num_cpus: float
+    scheduling_strategy: str
+    resources: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -32,10 +47,11 @@ class ActorSpec:
     # A detached actor whose node dies is restarted (max_restarts -1) on a node that is still
     # alive. None leaves the choice to Ray.
     scheduling_strategy: str | None = "SPREAD"
-    extra: dict[str, Any] = field(default_factory=dict)
+    # Options that override the ones above (an executor's own resource, say).
+    extra: RayActorOptions = field(default_factory=lambda: RayActorOptions())
 
-    def ray_options(self, namespace: str, *, actor_resource: str = "") -> dict[str, Any]:
-        return {
+    def ray_options(self, namespace: str, *, actor_resource: str = "") -> RayActorOptions:
+        options: RayActorOptions = {
             "name": self.name,
             "namespace": namespace,
             "get_if_exists": True,
@@ -44,11 +60,10 @@ class ActorSpec:
             "max_task_retries": -1 if self.idempotent_calls else 0,
             "max_concurrency": self.max_concurrency,
             "num_cpus": self.num_cpus,
-            **(
-                {"scheduling_strategy": self.scheduling_strategy}
-                if self.scheduling_strategy
-                else {}
-            ),
-            **({"resources": {actor_resource: ACTOR_RESOURCE_UNITS}} if actor_resource else {}),
-            **self.extra,
         }
+        if self.scheduling_strategy:
+            options["scheduling_strategy"] = self.scheduling_strategy
+        if actor_resource:
+            options["resources"] = {actor_resource: ACTOR_RESOURCE_UNITS}
+        options.update(self.extra)
+        return options

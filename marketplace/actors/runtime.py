@@ -24,7 +24,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import ray
-from pydantic import SecretStr
 from ray._private import ray_constants
 from ray._private.authentication.authentication_utils import is_token_auth_enabled
 from ray._raylet import NodeID
@@ -32,6 +31,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
 from marketplace.actors.options import ActorSpec
 from marketplace.actors.ray_env import RAY_CLUSTERS_ENV
+from marketplace.actors.settings import ActorSettings
 from marketplace.config import Settings
 from marketplace.errors import MarketplaceError, ServiceUnavailable
 from marketplace.metrics import ACTOR_CALL_LATENCY
@@ -79,29 +79,6 @@ def local_runtime_options() -> dict[str, Any]:
     return {"_node_ip_address": LOOPBACK}
 
 
-# Secrets no actor uses: they stay in the frontend (authentication happens there).
-WITHHELD_FROM_ACTORS = ("jwt_secret", "scheduler_secret")
-
-
-def settings_for_actor(settings: Settings, **overrides: Any) -> dict[str, Any]:
-    """Settings as plain data for an actor constructor (actors rebuild their own Settings).
-
-    The JSON dump masks every secret as "**********", which an actor's Settings would refuse or,
-    worse, use: so every secret setting is passed as its value (actors send e-mail, sign
-    unsubscribe links and attestations, as they use the database URL and its password), except
-    those in :data:`WITHHELD_FROM_ACTORS`, which are left out.
-    """
-    data = settings.model_dump(mode="json")
-    for name in Settings.model_fields:
-        value = getattr(settings, name)
-        if name in WITHHELD_FROM_ACTORS:
-            data.pop(name, None)
-        elif isinstance(value, SecretStr):
-            data[name] = value.get_secret_value()
-    data.update(overrides)
-    return data
-
-
 class ActorRuntime:
     """This process's connection to Ray, and the actors it uses.
 
@@ -116,7 +93,7 @@ class ActorRuntime:
         self.settings = settings
         self.namespace = settings.ray_namespace
         self.database_url = database_url
-        self._actor_settings: dict[str, Any] | None = None
+        self._actor_settings: ActorSettings | None = None
         self._handles: dict[str, Any] = {}
         # Every actor asked for, so a reconnect can bring each back (the indexer has no caller).
         self._wanted: dict[str, tuple[ActorSpec, tuple[Any, ...]]] = {}
@@ -257,12 +234,13 @@ class ActorRuntime:
         for spec, args in list(self._wanted.values()):
             self._create(spec, args)
 
-    def actor_settings(self) -> dict[str, Any]:
-        # Built once: every shard call looks its handle up with these arguments, and a full
-        # settings dump per call showed in the frontend's CPU profile of chat sends.
+    def actor_settings(self) -> ActorSettings:
+        """The settings every actor is created with, built once: every shard call looks its
+        handle up with them (Ray pickles them only when it creates the actor), and building
+        them per call showed in the frontend's CPU profile of chat sends."""
         if self._actor_settings is None:
-            self._actor_settings = settings_for_actor(self.settings, database_url=self.database_url)
-        return dict(self._actor_settings)
+            self._actor_settings = ActorSettings.of(self.settings, database_url=self.database_url)
+        return self._actor_settings
 
     def handle(self, spec: ActorSpec, *args: Any) -> Any:
         self._wanted.setdefault(spec.name, (spec, args))

@@ -9,7 +9,8 @@ nothing: the runtime answers the outcome to its caller.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import ray
 
@@ -19,17 +20,26 @@ from marketplace.verifier.policy import PolicyContext, PolicyId, PolicySettings
 from marketplace.verifier.workdirs import job_work_dir
 
 
-def _run(settings: PolicySettings, policy: str, delivery_ref: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PolicyTaskResult:
+    """What the task answers: the outcome's verdict and facts, and the facts' hash."""
+
+    passes: bool
+    evidence_hash: str
+    evidence: Mapping[str, object]  # JSON (marketplace/verifier/evidence.py)
+
+
+def _run(settings: PolicySettings, policy: str, delivery_ref: str) -> PolicyTaskResult:
     # Only the policy settings cross to the task: no key or secret of the service.
-    async def main() -> dict[str, Any]:
+    async def main() -> PolicyTaskResult:
         with job_work_dir() as work_dir:
             context = PolicyContext(settings, settings.chain_rpc_url, work_dir)
             outcome = await run_policy(PolicyId(policy), delivery_ref, context)
-        return {
-            "passes": outcome.passes,
-            "evidenceHash": evidence_hash(outcome.evidence),
-            "evidence": outcome.evidence,
-        }
+        return PolicyTaskResult(
+            passes=outcome.passes,
+            evidence_hash=evidence_hash(outcome.evidence),
+            evidence=outcome.evidence,
+        )
 
     return asyncio.run(main())
 

@@ -25,7 +25,7 @@ import json
 import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from aiohttp import web
@@ -48,7 +48,7 @@ from marketplace.http.middlewares import (
 from marketplace.http.ratelimit import RateLimiter
 from marketplace.logs import configure_logging
 from marketplace.redis_client import Redis
-from marketplace.types import RequestModel, ResponseModel
+from marketplace.types import JsonObject, RequestModel, ResponseModel
 from marketplace.verifier.errors import PolicyUnavailable
 from marketplace.verifier.policies import available_policies, parse_delivery_ref
 from marketplace.verifier.policy import InvalidDeliveryRef, PolicyId, PolicySettings
@@ -76,7 +76,7 @@ class VerifyRequest(RequestModel):
 class VerifyResponse(ResponseModel):
     passes: bool
     evidenceHash: str
-    evidence: dict[str, Any]
+    evidence: JsonObject
 
 
 class VerifyTimeout(MarketplaceError):
@@ -173,7 +173,7 @@ async def verify(request: web.Request) -> web.Response:
     # has prepared Ray's environment (which must come before Ray is imported).
     from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 
-    from marketplace.actors.verifier_task import run_policy_task
+    from marketplace.actors.verifier_task import PolicyTaskResult, run_policy_task
     from marketplace.verifier.policy import TransientPolicyError
 
     # On the executors' nodes when the deployment names them: never beside the secrets.
@@ -186,7 +186,9 @@ async def verify(request: web.Request) -> web.Response:
         PolicySettings.from_settings(settings), body.checkPolicyId.value, body.deliveryRef
     )
     try:
-        result = await asyncio.wait_for(ref, settings.verifier_job_timeout_seconds)
+        result: PolicyTaskResult = await asyncio.wait_for(
+            ref, settings.verifier_job_timeout_seconds
+        )
     except TimeoutError:
         raise VerifyTimeout() from None
     except RayTaskError as exc:
@@ -199,7 +201,13 @@ async def verify(request: web.Request) -> web.Response:
         ) from None
     except (RayError, GetTimeoutError):
         raise ServiceUnavailable("Ray is unavailable", retry_after=RETRY_AFTER_SECONDS) from None
-    return web.json_response(json.loads(VerifyResponse(**result).model_dump_json()))
+    response = VerifyResponse(
+        passes=result.passes,
+        evidenceHash=result.evidence_hash,
+        # JSON: the policy's evidence, which evidence_hash checked is canonical JSON.
+        evidence=cast(JsonObject, dict(result.evidence)),
+    )
+    return web.json_response(json.loads(response.model_dump_json()))
 
 
 async def _auth_limiter(app: web.Application) -> AsyncIterator[None]:
@@ -245,7 +253,7 @@ def _connect_ray(settings: Settings) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, str | int] = {}
     if args.host:
         overrides["host"] = args.host
     if args.port:
@@ -282,7 +290,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    """``marketplace verifier``'s arguments (declared in :mod:`marketplace.capabilities`)."""
+    """``marketplace verifier``'s arguments (declared in :mod:`marketplace.cli_commands`)."""
     actions = parser.add_subparsers(dest="verifier_command", required=True)
     serve = actions.add_parser("serve", help="serve POST /v1/verify (scheduler secret)")
     serve.add_argument("--host", help="listen address (default: MARKETPLACE_HOST)")

@@ -24,14 +24,15 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 import redis.asyncio as aioredis
 
 from marketplace.chain.abi import ContractAbi
 from marketplace.chain.enums import BiddingAccess
-from marketplace.chain.rpc import JsonRpcClient, RpcError
+from marketplace.chain.project_state import ProjectCreated, ProjectState
+from marketplace.chain.rpc import JsonRpcClient, RpcBlockHeader, RpcError, RpcLog
 from marketplace.events.types import NewEvent
 from marketplace.indexer.changes import (
     Snapshot,
@@ -100,8 +101,8 @@ class _Batch:
     events: int = 0  # logs of the registry's projects
     snapshots: list[Snapshot] = field(default_factory=list)
     written: set[str] = field(default_factory=set)
-    before_projects: dict[str, dict[str, Any]] = field(default_factory=dict)
-    before_milestones: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    before_projects: dict[str, repo.StoredRow] = field(default_factory=dict)
+    before_milestones: dict[tuple[str, int], repo.StoredRow] = field(default_factory=dict)
     known: set[str] = field(default_factory=set)  # projects indexed before this batch
     block_hash: str = ""
     block_time: datetime | None = None
@@ -143,12 +144,12 @@ class IndexerEngine:
 
     # --- the loop -------------------------------------------------------------------------
 
-    async def ensure_cursor(self) -> asyncpg.Record:
+    async def ensure_cursor(self) -> repo.CursorRow:
         cursor = await repo.get_cursor(self.pool, self.config.chain_id)
-        if cursor is not None and cursor["registry_address"] != self.registry:
+        if cursor is not None and cursor.registry_address != self.registry:
             log.warning(
                 "registry changed; re-indexing this chain from the new registry's start block",
-                extra={"old": cursor["registry_address"], "new": self.registry},
+                extra={"old": cursor.registry_address, "new": self.registry},
             )
             async with self.pool.acquire() as conn, conn.transaction():
                 removed = await repo.reset_chain(conn, self.config.chain_id)
@@ -174,17 +175,17 @@ class IndexerEngine:
         head = int(
             await asyncio.wait_for(self.rpc.call("eth_blockNumber", []), HEAD_TIMEOUT_SECONDS), 16
         )
-        synced = cursor["last_synced_block"]
+        synced = cursor.last_synced_block
         if await self._rollback_if_reorged(synced, head):
             await self._metric_incr("reorgs_handled", 1)
             cursor = await self.ensure_cursor()
-            synced = cursor["last_synced_block"]
+            synced = cursor.last_synced_block
             result = BatchResult(synced, synced, head, 0, 0, reorg=True)
             return result
         start = synced + 1
         if start > head:
             await repo.advance_cursor(self.pool, self.config.chain_id, synced, head, _now())
-            await self._report_lag(synced, head, cursor["last_synced_block_time"])
+            await self._report_lag(synced, head, cursor.last_synced_block_time)
             return BatchResult(start, synced, head, 0, 0)
         end = min(head, start + self.config.page_blocks * self.config.max_pages - 1)
         async with self.pool.acquire() as conn, conn.transaction():
@@ -229,7 +230,7 @@ class IndexerEngine:
     async def _index_batch(self, conn: Connection, start: int, end: int) -> _Batch:
         batch = _Batch()
         tag = _hex(end)
-        pages: asyncio.Queue[list[dict[str, Any]] | None] = asyncio.Queue()
+        pages: asyncio.Queue[list[RpcLog] | None] = asyncio.Queue()
         decoded: asyncio.Queue[list[tuple[ProjectRow, list[MilestoneRow]]] | None] = asyncio.Queue()
         calls_in_flight = asyncio.Semaphore(SNAPSHOT_CONCURRENCY)
         known = batch.known = await self.known_projects()
@@ -265,7 +266,7 @@ class IndexerEngine:
         return batch
 
     async def _fetch_pages(
-        self, start: int, end: int, pages: asyncio.Queue[list[dict[str, Any]] | None]
+        self, start: int, end: int, pages: asyncio.Queue[list[RpcLog] | None]
     ) -> None:
         """One ``eth_getLogs`` per page, in block order, each handed on as soon as it arrives."""
         for page_start in range(start, end + 1, self.config.page_blocks):
@@ -273,7 +274,7 @@ class IndexerEngine:
             pages.put_nowait(await self._fetch_logs(page_start, page_end))
         pages.put_nowait(None)
 
-    async def _fetch_logs(self, start: int, end: int) -> list[dict[str, Any]]:
+    async def _fetch_logs(self, start: int, end: int) -> list[RpcLog]:
         logs = await self.rpc.call(
             "eth_getLogs",
             [{"fromBlock": _hex(start), "toBlock": _hex(end), "topics": [self.topics]}],
@@ -281,9 +282,7 @@ class IndexerEngine:
         assert isinstance(logs, list)
         return logs
 
-    def _classify_page(
-        self, logs: list[dict[str, Any]], known: set[str], batch: _Batch
-    ) -> list[str]:
+    def _classify_page(self, logs: list[RpcLog], known: set[str], batch: _Batch) -> list[str]:
         """Record the page's creations and events in ``batch``; return the projects it touched
         first in this batch (the ones still to snapshot)."""
         fresh: list[str] = []
@@ -298,7 +297,9 @@ class IndexerEngine:
                 continue
             topics = entry["topics"]
             if topics and topics[0] == created_topic and entry["address"].lower() == registry:
-                args = self.created_event.decode_log(entry, checksum_addresses=False)
+                args = cast(
+                    ProjectCreated, self.created_event.decode_log(entry, checksum_addresses=False)
+                )
                 address = args["project"].lower()
                 creations[address] = ProjectCreation(
                     project_address=address,
@@ -369,7 +370,7 @@ class IndexerEngine:
             for i, (address, state) in enumerate(zip(addresses, states, strict=True))
         ]
 
-    def _decode_states(self, results: list[Any]) -> list[dict[str, Any]]:
+    def _decode_states(self, results: list[Any]) -> list[ProjectState]:
         decode = self.get_state.decode_result
         return [decode(raw, checksum_addresses=False) for raw in results]
 
@@ -377,7 +378,7 @@ class IndexerEngine:
         self,
         conn: Connection,
         batch: _Batch,
-        header: asyncio.Task[Any],
+        header: asyncio.Task[RpcBlockHeader | None],
         decoded: asyncio.Queue[list[tuple[ProjectRow, list[MilestoneRow]]] | None],
         end: int,
     ) -> None:
@@ -459,11 +460,13 @@ class IndexerEngine:
 
     async def _snapshot(
         self, addresses: list[str], block: int
-    ) -> tuple[list[Snapshot], dict[str, Any]]:
+    ) -> tuple[list[Snapshot], RpcBlockHeader]:
         """Snapshots of ``addresses`` (projects already in the read model) at ``block``."""
         tag = _hex(block)
         order = sorted(addresses)
-        block_info = await self.rpc.call("eth_getBlockByNumber", [tag, False])
+        block_info: RpcBlockHeader | None = await self.rpc.call(
+            "eth_getBlockByNumber", [tag, False]
+        )
         if block_info is None:
             raise RpcError(f"block {block} not found")
         calls_in_flight = asyncio.Semaphore(SNAPSHOT_CONCURRENCY)

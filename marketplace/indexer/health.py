@@ -130,7 +130,7 @@ class Freshness:
     source: FreshnessSource
     stale: bool
     reason: StaleReason | None
-    cursor: asyncpg.Record | None = None
+    cursor: indexer_repo.CursorRow | None = None
     failing_since: datetime | None = None
     lag_blocks: int | None = None
     lag_seconds: float | None = None
@@ -169,9 +169,9 @@ async def freshness(
         )
         return Freshness(FreshnessSource.UNKNOWN, True, unknown, failing_since=failing_since)
     now = datetime.now(UTC)
-    lag_blocks = max(0, cursor["head_block"] - cursor["last_synced_block"])
-    lag_seconds = lag_seconds_of(lag_blocks, cursor["last_synced_block_time"], now)
-    last_sync = cursor["last_successful_sync_at"]
+    lag_blocks = max(0, cursor.head_block - cursor.last_synced_block)
+    lag_seconds = lag_seconds_of(lag_blocks, cursor.last_synced_block_time, now)
+    last_sync = cursor.last_successful_sync_at
     silent = last_sync is None or (now - last_sync).total_seconds() > lag_alert_seconds
     if failure is not None:
         reason: StaleReason | None = failure

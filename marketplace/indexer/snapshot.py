@@ -9,7 +9,6 @@ optional fields (a zero address, a zero hash, a zero timestamp) mean "absent".
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from marketplace.chain.enums import (
     BiddingAccess,
@@ -20,6 +19,7 @@ from marketplace.chain.enums import (
     ProjectStatus,
     label,
 )
+from marketplace.chain.project_state import ProjectState
 from marketplace.storage.read_model_rows import MilestoneRow, ProjectRow
 from marketplace.types import ZERO_ADDRESS, ZERO_BYTES32
 
@@ -53,7 +53,7 @@ def _time(unix: int) -> datetime | None:
 
 
 def project_rows(
-    project_address: str, state: dict[str, Any], allowlist: list[str]
+    project_address: str, state: ProjectState, allowlist: list[str]
 ) -> tuple[ProjectRow, list[MilestoneRow]]:
     address = project_address.lower()
     challenge = state["mode"] == 1

@@ -11,8 +11,10 @@ import ray
 
 from marketplace.actors.keyed_shard import shard_spec
 from marketplace.actors.runtime import ActorRestarting, stable_shard
+from marketplace.actors.status import ShardPing
 from marketplace.http import keys
 from marketplace.metric_sources import ACTOR_RESTARTS_KEY
+from tests.support.waiting import eventually
 
 
 def test_stable_shard_is_deterministic_and_case_insensitive() -> None:
@@ -34,7 +36,7 @@ async def test_two_frontends_share_the_same_named_shards(
     other = await aiohttp_client(create_app(settings))
     first = await client.app[keys.PROJECT_SHARDS].ping_all()
     second = await other.app[keys.PROJECT_SHARDS].ping_all()
-    assert [s["pid"] for s in first] == [s["pid"] for s in second]
+    assert [s.pid for s in first] == [s.pid for s in second]
 
 
 async def test_killed_shard_is_restarted_and_service_answers_again(client: Any) -> None:
@@ -47,7 +49,7 @@ async def test_killed_shard_is_restarted_and_service_answers_again(client: Any) 
     # process (200), so this waits for the restarted one (a new pid), answering only 200 or
     # 503 with Retry-After meanwhile.
     statuses = []
-    after: list[dict[str, Any]] | None = None
+    after: list[ShardPing] | None = None
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         resp = await client.get("/v1/health/ready")
@@ -55,23 +57,25 @@ async def test_killed_shard_is_restarted_and_service_answers_again(client: Any) 
         if resp.status == 200:
             with contextlib.suppress(ActorRestarting):
                 after = await shards.ping_all()
-            if after is not None and after[0]["pid"] != before[0]["pid"]:
+            if after is not None and after[0].pid != before[0].pid:
                 break
         else:
             assert resp.status == 503
             assert (await resp.json())["error"] == "service_unavailable"
             assert int(resp.headers["Retry-After"]) >= 1
         await asyncio.sleep(0.2)
-    assert after is not None and after[0]["pid"] != before[0]["pid"], statuses
-    assert after[1]["pid"] == before[1]["pid"]
+    assert after is not None and after[0].pid != before[0].pid, statuses
+    assert after[1].pid == before[1].pid
     # The restarted shard counts itself in Redis a moment after it starts
     # (marketplace/actors/restarts.py): waiting for that write keeps it out of the next test,
     # whose reset would otherwise come first.
     redis = client.app[keys.REDIS]
-    deadline = time.monotonic() + 20
-    while not await redis.hget(ACTOR_RESTARTS_KEY, "project-shard"):
-        assert time.monotonic() < deadline, "the restart was not counted"
-        await asyncio.sleep(0.2)
+    await eventually(
+        lambda: redis.hget(ACTOR_RESTARTS_KEY, "project-shard"),
+        within=20,
+        interval=0.2,
+        what="the restart to be counted",
+    )
 
 
 def _recursion_limit(_actor: object) -> int:

@@ -9,13 +9,13 @@ import asyncpg
 import pytest
 
 from marketplace.chain.rpc import JsonRpcClient
-from marketplace.devnet.anvil import AnvilProcess
-from marketplace.devnet.deploy import Deployment
 from marketplace.indexer.engine import IndexerConfig, IndexerEngine
-from marketplace.storage.pool import create_pool
-from tests.conftest import Servers, reset_state
+from marketplace_devstack.devnet.anvil import AnvilProcess
+from marketplace_devstack.devnet.deploy import Deployment
+from tests.conftest import Servers
 from tests.contracts.helpers import Chain
 from tests.support.chain import indexer_config, reverting_chain, start_devnet
+from tests.support.db import open_pool
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +37,8 @@ def engine_config(devnet: tuple[AnvilProcess, Deployment], **overrides: Any) -> 
 
 @pytest.fixture
 async def pool(servers: Servers) -> AsyncIterator[asyncpg.Pool]:
-    await reset_state(servers)
-    pool = await create_pool(servers.database_url, min_size=1, max_size=4)
-    yield pool
-    await pool.close()
+    async with open_pool(servers, max_size=4) as pool:
+        yield pool
 
 
 @pytest.fixture

@@ -3,9 +3,7 @@ kind and never by address, and clears once the node is back."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,9 +12,10 @@ import pytest
 from eth_utils import to_checksum_address
 from web3 import Web3
 
-from marketplace.devnet.anvil import AnvilProcess
-from marketplace.devnet.deploy import Deployment, deploy_dev_defaults
+from marketplace_devstack.devnet.anvil import AnvilProcess
+from marketplace_devstack.devnet.deploy import Deployment, deploy_dev_defaults
 from tests.conftest import SCHEDULER_SECRET, Servers, bearer, make_settings
+from tests.support.waiting import eventually
 
 POLL_INTERVAL_MS = 1000
 STATUS = "/v1/internal/indexer/status"
@@ -48,14 +47,9 @@ async def _status(client: Any) -> tuple[dict[str, Any], str]:
     return json.loads(text), text
 
 
-async def _until(client: Any, predicate: Any, limit_s: float, what: str) -> float:
-    started = time.monotonic()
-    while True:
-        body, _ = await _status(client)
-        if predicate(body):
-            return time.monotonic() - started
-        assert time.monotonic() - started < limit_s, f"{what}: {body}"
-        await asyncio.sleep(0.05)
+async def _body(client: Any) -> dict[str, Any]:
+    body, _ = await _status(client)
+    return body
 
 
 async def test_dead_rpc_is_stale_within_one_poll_interval_and_recovers(
@@ -80,7 +74,12 @@ async def test_dead_rpc_is_stale_within_one_poll_interval_and_recovers(
     )
     client = await aiohttp_client(create_app(settings))  # starts the indexer actor
 
-    await _until(client, lambda b: b["source"] == "indexed" and not b["stale"], 60, "never fresh")
+    await eventually(
+        lambda: _body(client),
+        until=lambda b: b["source"] == "indexed" and not b["stale"],
+        within=60,
+        what="the indexer to be fresh",
+    )
     body, _ = await _status(client)
     assert body["registryAddress"] == to_checksum_address(deployment.registry)
     assert "staleReason" not in body
@@ -88,11 +87,11 @@ async def test_dead_rpc_is_stale_within_one_poll_interval_and_recovers(
     assert (ready["status"], ready["indexer"]) == ("ready", "ok")
 
     anvil.stop()
-    elapsed = await _until(
-        client,
-        lambda b: b["stale"] and b.get("staleReason") == "rpcUnreachable",
-        10,
-        "dead RPC not reported",
+    elapsed = await eventually(
+        lambda: _body(client),
+        until=lambda b: b["stale"] and b.get("staleReason") == "rpcUnreachable",
+        within=10,
+        what="the dead RPC to be reported",
     )
     # About 0.06 s measured (the lost newHeads subscription wakes the loop); the bound is one
     # poll interval plus slack for a loaded machine.
@@ -112,8 +111,11 @@ async def test_dead_rpc_is_stale_within_one_poll_interval_and_recovers(
     assert str(anvil.port) not in await resp.text()
 
     anvil.start()  # same port, same chain
-    recovered = await _until(
-        client, lambda b: not b["stale"] and "staleReason" not in b, 15, "never recovered"
+    recovered = await eventually(
+        lambda: _body(client),
+        until=lambda b: not b["stale"] and "staleReason" not in b,
+        within=15,
+        what="the indexer to recover",
     )
     assert recovered <= POLL_INTERVAL_MS / 1000 + 2
     ready = await (await client.get("/v1/health/ready")).json()

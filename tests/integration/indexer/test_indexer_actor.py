@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,11 +11,12 @@ import ray
 
 from marketplace.actors.indexer import INDEXER_SPEC
 from marketplace.actors.runtime import ActorRuntime
-from marketplace.devnet.anvil import AnvilProcess
-from marketplace.devnet.deploy import Deployment
+from marketplace_devstack.devnet.anvil import AnvilProcess
+from marketplace_devstack.devnet.deploy import Deployment
 from tests.conftest import Servers, make_settings
 from tests.contracts.helpers import Chain
 from tests.integration.indexer.test_indexer import assert_matches_chain
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -42,15 +41,6 @@ def indexer_runtime(
     ray.kill(actor, no_restart=True)
 
 
-async def wait_for(predicate: Any, limit_s: float) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < limit_s:
-        if await predicate():
-            return time.monotonic() - started
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
 @pytest.mark.parametrize(
     "indexer_runtime",
     [{"indexer_page_blocks": 2, "indexer_max_pages": 1, "indexer_poll_interval_ms": 100}],
@@ -70,18 +60,24 @@ async def test_killed_mid_backfill_ends_with_the_same_read_model(
         synced = await pool.fetchval("SELECT last_synced_block FROM indexer_cursors")
         return synced is not None and synced >= head - 20
 
-    await wait_for(partly_synced, 60)
-    started_before = (await indexer.status.remote())["started_at"]
+    await eventually(partly_synced, within=60, what="a partial backfill")
+    started_before = (await indexer.status.remote()).started_at
     ray.kill(indexer, no_restart=False)
 
     async def caught_up() -> bool:
         synced = await pool.fetchval("SELECT last_synced_block FROM indexer_cursors")
         return synced == head
 
-    await wait_for(caught_up, 60)
+    await eventually(caught_up, within=60, what="the restarted indexer to catch up")
     status = await indexer.status.remote()
-    assert status["alive"] is True
-    assert status["started_at"] > started_before, "the actor was not restarted"
+    assert status.running is True
+    assert status.started_at > started_before, "the actor was not restarted"
+
+    async def reported() -> bool:
+        batch = (await indexer.status.remote()).last_batch
+        return batch is not None and batch.to_block == head == batch.head
+
+    await eventually(reported, within=10, what="the last batch in the status")
     for project in projects:
         await assert_matches_chain(pool, chain, project.address)
     assert await pool.fetchval("SELECT count(*) FROM projects") == len(projects)
@@ -94,9 +90,9 @@ async def test_new_heads_subscription_beats_the_poll_interval(
     indexer = indexer_runtime.handle(INDEXER_SPEC, indexer_runtime.actor_settings())
 
     async def subscribed() -> bool:
-        return bool((await indexer.status.remote())["subscribed"])
+        return bool((await indexer.status.remote()).subscribed)
 
-    await wait_for(subscribed, 30)
+    await eventually(subscribed, within=30, what="the newHeads subscription")
     project = chain.create_standard()
 
     async def visible() -> bool:
@@ -105,7 +101,7 @@ async def test_new_heads_subscription_beats_the_poll_interval(
         )
         return count == 1
 
-    elapsed = await wait_for(visible, 10)
+    elapsed = await eventually(visible, within=10, what="the new project in the read model")
     assert elapsed < 5, "a 60 s poll interval would not have seen it this fast"
 
 

@@ -9,10 +9,10 @@ import asyncpg
 import pytest
 
 from marketplace.chain.rpc import JsonRpcClient, RpcError
-from marketplace.devnet.anvil import AnvilProcess
-from marketplace.devnet.deploy import Deployment
 from marketplace.indexer import engine as engine_module
 from marketplace.indexer.engine import IndexerEngine
+from marketplace_devstack.devnet.anvil import AnvilProcess
+from marketplace_devstack.devnet.deploy import Deployment
 from tests.contracts.helpers import Chain
 from tests.integration.indexer.conftest import engine_config
 from tests.integration.indexer.test_indexer import assert_matches_chain

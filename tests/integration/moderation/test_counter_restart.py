@@ -57,13 +57,6 @@ def settings(servers: Servers, namespace: str) -> Settings:
     )
 
 
-@pytest.fixture
-async def client(aiohttp_client: Any, settings: Settings, clean_state: None) -> Any:
-    from marketplace.http.app import create_app
-
-    return await aiohttp_client(create_app(settings))
-
-
 def users_on_shard(index: int, count: int) -> list[uuid.UUID]:
     users: list[uuid.UUID] = []
     while len(users) < count:
@@ -91,7 +84,7 @@ async def test_killing_the_counter_actor_loses_and_doubles_no_offense(
     try:
         await db.executemany("INSERT INTO users (user_id) VALUES ($1)", [(u,) for u in users])
         shards = app[keys.USER_SHARDS]
-        pid_before = (await shards.call(str(users[0]), "ping"))["pid"]
+        pid_before = (await shards.ping(str(users[0]))).pid
         victim_name = shards.family.actor_name(VICTIM)
         victim = ray.get_actor(victim_name, namespace=app[keys.SETTINGS].ray_namespace)
         unavailable_before = unavailable_calls(
@@ -135,7 +128,7 @@ async def test_killing_the_counter_actor_loses_and_doubles_no_offense(
         )
         results = await asyncio.wait_for(asyncio.gather(*tasks), 60)
 
-        assert (await shards.call(str(users[0]), "ping"))["pid"] != pid_before
+        assert (await shards.ping(str(users[0]))).pid != pid_before
         metrics = await (await client.get("/metrics")).text()
         # Calls really died with the shard and were sent again (every one ended in an answer).
         assert unavailable_calls(metrics, victim_name) > unavailable_before
@@ -193,7 +186,7 @@ async def test_a_counter_actor_gone_for_good_is_created_again(
         with pytest.raises(OffensiveContent):
             await screen_message(app, user, "badword-canary", "direct")
         shards = app[keys.USER_SHARDS]
-        pid_before = (await shards.call(str(user), "ping"))["pid"]
+        pid_before = (await shards.ping(str(user))).pid
         ray.kill(
             ray.get_actor(
                 shards.family.actor_name(VICTIM), namespace=app[keys.SETTINGS].ray_namespace
@@ -202,7 +195,7 @@ async def test_a_counter_actor_gone_for_good_is_created_again(
         )
         with pytest.raises(OffensiveContent):
             await screen_message(app, user, "badword-canary", "project_chat")
-        assert (await shards.call(str(user), "ping"))["pid"] != pid_before
+        assert (await shards.ping(str(user))).pid != pid_before
         contexts = await db.fetch(
             "SELECT context FROM moderation_offenses WHERE user_id = $1 ORDER BY seq", user
         )

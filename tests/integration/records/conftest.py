@@ -22,15 +22,16 @@ from eth_account import Account
 
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
-from marketplace.devnet.anvil import AnvilProcess
-from marketplace.devnet.deploy import Deployment
 from marketplace.indexer.engine import IndexerEngine
-from marketplace.storage.pool import create_pool
+from marketplace_devstack.devnet.anvil import AnvilProcess
+from marketplace_devstack.devnet.deploy import Deployment
 from tests.api.identity.conftest import Wallet, link_wallet
 from tests.conftest import Servers, User, new_user
 from tests.contracts.helpers import KEYS, Chain
+from tests.support.apps import app_client
 from tests.support.chain import chain_settings as support_chain_settings
 from tests.support.chain import indexer_config, reverting_chain, start_devnet
+from tests.support.db import open_pool
 
 SHARDS = 2
 
@@ -71,16 +72,15 @@ def chain_settings(servers: Servers, devnet: Devnet) -> Settings:
 async def client(
     aiohttp_client: Any, chain_settings: Settings, clean_state: None, chain: Chain
 ) -> Any:
-    from marketplace.http.app import create_app
-
-    return await aiohttp_client(create_app(chain_settings))
+    # Built after the chain's snapshot, so the app stops before the chain reverts.
+    return await app_client(aiohttp_client, chain_settings)
 
 
 @pytest.fixture
 async def pool(servers: Servers, client: Any) -> AsyncIterator[asyncpg.Pool]:
-    pool = await create_pool(servers.database_url, min_size=1, max_size=4)
-    yield pool
-    await pool.close()
+    # After the client, whose reset empties the database.
+    async with open_pool(servers, max_size=4, reset=False) as pool:
+        yield pool
 
 
 @pytest.fixture

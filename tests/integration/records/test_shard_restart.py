@@ -70,7 +70,7 @@ async def test_killed_shard_loses_no_acknowledged_write(client: Any, pool: async
         await link_wallet(client, user.headers, wallet)
         bidders.append((user, wallet))
     shards = client.app[keys.PROJECT_SHARDS]
-    pid_before = (await shards.call(projects[0], "ping"))["pid"]
+    pid_before = (await shards.ping(projects[0])).pid
     victim = ray.get_actor(
         shard_spec(VICTIM).name, namespace=client.app[keys.SETTINGS].ray_namespace
     )
@@ -123,7 +123,7 @@ async def test_killed_shard_loses_no_acknowledged_write(client: Any, pool: async
         assert status == 503, body
         assert time.monotonic() - started < 10, "no answer 10 s after the kill"
         await asyncio.sleep(0.1)
-    assert (await shards.call(projects[0], "ping"))["pid"] != pid_before
+    assert (await shards.ping(projects[0])).pid != pid_before
 
 
 async def test_submission_check_fails_cleanly_without_a_usable_chain(

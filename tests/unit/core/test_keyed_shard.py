@@ -12,7 +12,8 @@ from typing import ClassVar
 import pytest
 
 from marketplace.actors.keyed_shard import ShardActor, ShardMisrouted, ShardRouter, shard_spec
-from marketplace.actors.runtime import ActorRuntime, settings_for_actor, stable_shard
+from marketplace.actors.runtime import ActorRuntime, stable_shard
+from marketplace.actors.settings import ActorSettings
 from marketplace.config import Settings
 from marketplace.errors import ServiceUnavailable
 from marketplace.records.bid_drafts import UpsertBidDraft
@@ -59,9 +60,9 @@ class UserStep:
         return self.key
 
 
-def actor_settings(servers: Servers, **overrides: object) -> dict[str, object]:
+def actor_settings(servers: Servers, **overrides: object) -> ActorSettings:
     settings = make_settings(servers, **overrides)
-    return settings_for_actor(settings, database_url=servers.database_url)
+    return ActorSettings.of(settings, database_url=servers.database_url)
 
 
 @pytest.fixture(autouse=True)
