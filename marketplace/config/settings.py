@@ -16,7 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from marketplace.config.mail import SmtpTarget, check_mail_from, parse_smtp_url
 from marketplace.config.notifications import DEFAULT_RATE, NotificationRates
-from marketplace.moderation.terms import load_terms_file
+from marketplace.wordfilter.terms import load_terms_file
 
 
 class LegalAcceptanceMode(enum.StrEnum):
@@ -236,9 +236,6 @@ class Settings(BaseSettings):
     # Per recipient and event type: "N/T" (N per T seconds), or a JSON object of event type
     # (or "default") -> "N/T", e.g. {"direct_message": "10/3600"}. Checked at start-up.
     notification_rate_limit: str = DEFAULT_RATE
-    # "module:attribute" of ``fn(settings) -> async send(delivery)``, the function the
-    # `notifications` job handler sends each delivery with (resolved in the worker process).
-    notification_sender: str = "marketplace.notifications.smtp_sender:smtp_sender"
 
     # --- leaderboard boards; see docs/leaderboards.md ------------------------------------------
     # Run the boards consumer (outbox -> entries and standings) in this frontend (one of all
@@ -404,16 +401,6 @@ class Settings(BaseSettings):
             NotificationRates.parse(value)
         except ValueError as exc:
             raise ValueError(f"MARKETPLACE_NOTIFICATION_RATE_LIMIT: {exc}") from None
-        return value
-
-    @field_validator("notification_sender")
-    @classmethod
-    def _check_sender_reference(cls, value: str) -> str:
-        module, _, attribute = value.partition(":")
-        if not module or not attribute:
-            raise ValueError(
-                f"MARKETPLACE_NOTIFICATION_SENDER must be 'module:attribute', got {value!r}"
-            )
         return value
 
     @property

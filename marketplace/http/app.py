@@ -2,7 +2,8 @@
 
 Each shared resource is one context generator, so cleanup runs exactly for what started:
 Postgres pool, then Redis, then Ray; then each capability's own contexts, in the order of the
-explicit list in :mod:`marketplace.capabilities`, which also supplies the routes and guards.
+explicit list in :mod:`marketplace.http.capabilities`, which also supplies the routes, the guards
+and the job queues.
 They run as one ``cleanup_ctx`` entry (:func:`_in_order`): when one fails to start, those
 already started are stopped at once. aiohttp would leave them running until someone called the
 app's cleanup, which nobody does after a failed startup (a test client's server, for one): the
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import redis.asyncio as aioredis
 from aiohttp import web
@@ -23,15 +24,15 @@ from marketplace.actors.keyed_shard import ShardRouter
 from marketplace.actors.runtime import ActorRuntime
 from marketplace.aio import cancel_and_wait
 from marketplace.auth import NoApiKeys, SessionVerifier
-from marketplace.capabilities import CAPABILITIES, ordered_guards, resolve
 from marketplace.config import Settings
-from marketplace.events.relay import EventRelay, RelayConfig
 from marketplace.http import keys
+from marketplace.http.capabilities import CAPABILITIES, AppContext, declared_queues, ordered_guards
 from marketplace.http.middlewares import request_context
 from marketplace.http.ratelimit import RATE_LIMITER, RateLimiter
 from marketplace.http.routing import GUARD_HOOKS, ROUTES, Route, RouteTable, make_endpoint
 from marketplace.interpreter import pin_recursion_limit
 from marketplace.logs import AccessLog
+from marketplace.outbox.relay import EventRelay, RelayConfig
 from marketplace.redis_client import Redis
 from marketplace.shards import ShardFamily
 from marketplace.storage.pool import create_pool
@@ -121,7 +122,7 @@ async def _event_relay(app: web.Application) -> AsyncIterator[None]:
 def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> web.Application:
     """Build the app. ``settings.database_url`` and ``redis_url`` must be set by now.
 
-    Capabilities come from the one explicit list in :mod:`marketplace.capabilities`;
+    Capabilities come from the one explicit list in :mod:`marketplace.http.capabilities`;
     ``extra_routes`` adds route tables beyond them (tests use it).
     """
     if not settings.database_url or not settings.redis_url:
@@ -140,14 +141,15 @@ def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> w
     )
     contexts: list[AppContext] = [_access_log, _postgres, _redis, _ray, _event_relay]
 
+    app[keys.JOB_REGISTRY] = declared_queues(CAPABILITIES)
     routes: list[Route] = []
     for capability in CAPABILITIES:
-        for reference in capability.setup:
-            resolve(reference)(app)
-        contexts.extend(resolve(reference) for reference in capability.contexts)
-        for reference in capability.routes:
-            routes.extend(resolve(reference).routes)
-    app[GUARD_HOOKS] = [resolve(reference) for _, reference in ordered_guards()]
+        for setup in capability.setup:
+            setup(app)
+        contexts.extend(capability.contexts)
+        for table in capability.routes:
+            routes.extend(table.routes)
+    app[GUARD_HOOKS] = ordered_guards(CAPABILITIES)
     for table in extra_routes:
         routes.extend(table.routes)
     for route in routes:
@@ -156,9 +158,6 @@ def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> w
     app.cleanup_ctx.append(_in_order(contexts, settings.context_stop_seconds))
     pin_recursion_limit()
     return app
-
-
-AppContext = Callable[[web.Application], AsyncIterator[None]]
 
 
 def _in_order(contexts: Sequence[AppContext], stop_seconds: float) -> AppContext:

@@ -2,34 +2,103 @@
 queue metrics mirrored into ``/metrics`` (docs/jobs.md).
 
 Queues are declared by the capabilities that own them (``Capability.queues`` in
-:mod:`marketplace.capabilities`); tests replace ``app[keys.JOB_REGISTRY]`` before start-up.
+:mod:`marketplace.http.capabilities`); the app factory puts their registry in
+``app[keys.JOB_REGISTRY]``, which tests replace before start-up.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 from aiohttp import web
+from prometheus_client import REGISTRY
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
 
 from marketplace.actors.job_worker import JobWorkers
-from marketplace.capabilities import CAPABILITIES, Capability, resolve
 from marketplace.http import keys
-from marketplace.jobs.metrics import CachedSnapshot
-from marketplace.jobs.registry import JobRegistry
+from marketplace.jobs.metrics import (
+    OUTCOMES,
+    RUN_BUCKETS,
+    WAIT_BUCKETS,
+    CachedSnapshot,
+    JobMetricsSnapshot,
+)
 from marketplace.metric_sources import SOURCE_READ_TIMEOUT_SECONDS
-from marketplace.metrics import JOB_METRICS
 
 log = logging.getLogger(__name__)
 
 
-def declared_queues(capabilities: tuple[Capability, ...] = CAPABILITIES) -> JobRegistry:
-    """Every queue the capabilities declare; a queue name declared twice is refused."""
-    return JobRegistry(resolve(ref) for capability in capabilities for ref in capability.queues)
+class JobMetricsCollector(Collector):
+    """Job queue figures of the whole deployment (docs/jobs.md, "Metrics"): depth read from
+    Postgres and worker events mirrored from Redis, set as one snapshot before each scrape."""
+
+    def __init__(self) -> None:
+        self.snapshot: JobMetricsSnapshot | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.snapshot
+        if snap is None:
+            return
+        depth = GaugeMetricFamily(
+            "marketplace_jobs",
+            "Jobs by queue and status (queued includes jobs not yet due; completed jobs are "
+            "counted by marketplace_job_outcomes_total).",
+            labels=["queue", "status"],
+        )
+        for (queue, status), count in sorted(snap.depth.items()):
+            depth.add_metric([queue, status], count)
+        due = GaugeMetricFamily(
+            "marketplace_jobs_due", "Queued jobs that are due now.", labels=["queue"]
+        )
+        oldest = GaugeMetricFamily(
+            "marketplace_jobs_oldest_due_seconds",
+            "How long the oldest due job has waited (0 when none is due).",
+            labels=["queue"],
+        )
+        for queue in sorted(snap.due):
+            due.add_metric([queue], snap.due[queue])
+            oldest.add_metric([queue], snap.oldest_due_seconds.get(queue, 0.0))
+        attempts = CounterMetricFamily(
+            "marketplace_job_attempts", "Job attempts started (claims).", labels=["queue"]
+        )
+        for queue, count in sorted(snap.attempts.items()):
+            attempts.add_metric([queue], count)
+        outcomes = CounterMetricFamily(
+            "marketplace_job_outcomes",
+            "Finished attempts by outcome: " + ", ".join(OUTCOMES) + ".",
+            labels=["queue", "outcome"],
+        )
+        for (queue, outcome), count in sorted(snap.outcomes.items()):
+            outcomes.add_metric([queue, outcome], count)
+        wait = HistogramMetricFamily(
+            "marketplace_job_wait_seconds",
+            "Seconds from a job becoming due (queued) to an attempt starting (running).",
+            labels=["queue"],
+        )
+        for queue, data in sorted(snap.wait.items()):
+            wait.add_metric([queue], data.cumulative(WAIT_BUCKETS), data.sum)
+        run = HistogramMetricFamily(
+            "marketplace_job_run_seconds",
+            "Seconds an attempt ran (running to done), by outcome.",
+            labels=["queue", "outcome"],
+        )
+        for (queue, outcome), data in sorted(snap.run.items()):
+            run.add_metric([queue, outcome], data.cumulative(RUN_BUCKETS), data.sum)
+        yield from (depth, due, oldest, attempts, outcomes, wait, run)
+
+
+JOB_METRICS = JobMetricsCollector()
+REGISTRY.register(JOB_METRICS)
 
 
 def setup(app: web.Application) -> None:
-    app[keys.JOB_REGISTRY] = declared_queues()
     app[keys.METRICS_REFRESHERS].append(refresh_job_metrics)
 
 

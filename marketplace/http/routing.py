@@ -45,6 +45,7 @@ from marketplace.errors import (
     PrincipalMismatch,
     Unauthorized,
     UnsupportedMediaType,
+    ValidationDetail,
 )
 from marketplace.http import keys
 from marketplace.http.middlewares import request_started_at
@@ -122,8 +123,8 @@ Handler = Callable[[Call[Any, Any, Any]], Awaitable[BaseModel | Reply | web.Stre
 CacheKey = Callable[[web.Request, Principal | None], Hashable | None]
 
 # Checks run, in order, after the verified-email check of every guarded mutation
-# (spec section 5 rules 7-8); the app factory fills it from the capabilities' guards, in
-# marketplace.capabilities.GUARD_ORDER.
+# (spec section 5 rules 7-8); the app factory fills it from the capabilities' guards, in the
+# order of marketplace.http.capabilities.GuardSlot.
 GuardHook = Callable[[Call[Any, Any, Any]], Awaitable[None]]
 GUARD_HOOKS: web.AppKey[list[GuardHook]] = web.AppKey("guard_hooks", list)
 
@@ -318,8 +319,8 @@ async def _verify_credentials(
 # --- validation -----------------------------------------------------------------------------
 
 
-def _details(exc: ValidationError, location: str) -> list[dict[str, Any]]:
-    details = []
+def _details(exc: ValidationError, location: str) -> list[ValidationDetail]:
+    details: list[ValidationDetail] = []
     for error in exc.errors(include_url=False, include_input=False):
         loc = ".".join(str(part) for part in error["loc"])
         details.append(
@@ -343,8 +344,8 @@ def _validate(model: type[BaseModel], data: Any, location: str) -> BaseModel:
         raise _invalid(exc, location) from None
 
 
-def _query_data(request: web.Request, model: type[BaseModel]) -> dict[str, Any]:
-    data: dict[str, Any] = {}
+def _query_data(request: web.Request, model: type[BaseModel]) -> dict[str, str | list[str]]:
+    data: dict[str, str | list[str]] = {}
     for name, info in model.model_fields.items():
         wanted = info.alias or name
         values = request.query.getall(wanted, [])
@@ -361,8 +362,8 @@ def _query_data(request: web.Request, model: type[BaseModel]) -> dict[str, Any]:
     return data
 
 
-def _header_data(request: web.Request, model: type[BaseModel]) -> dict[str, Any]:
-    data: dict[str, Any] = {}
+def _header_data(request: web.Request, model: type[BaseModel]) -> dict[str, str]:
+    data: dict[str, str] = {}
     for name, info in model.model_fields.items():
         wanted = info.alias or name
         value = request.headers.get(wanted)
@@ -427,7 +428,7 @@ async def _validate_form(request: web.Request, model: type[BaseModel]) -> BaseMo
         # A malformed multipart part (bad part headers, unknown charset, ...); the body's
         # framing is intact, so aiohttp drains the rest and the connection stays usable.
         raise InvalidRequest("request body is not a readable form") from None
-    data: dict[str, Any] = {}
+    data: dict[str, str] = {}
     for name, value in form.items():
         if not isinstance(value, str):
             raise InvalidRequest(f"form field {name!r} must be text, not a file")

@@ -13,8 +13,8 @@ import pytest
 from aiohttp import web
 
 import marketplace.http.app as app_module
-from marketplace.capabilities import CAPABILITIES, Capability
 from marketplace.http import keys
+from marketplace.http.capabilities import CAPABILITIES, Capability
 from marketplace.storage.repositories import events as events_repo
 from tests.conftest import Servers, make_settings
 from tests.integration.events.conftest import RELAY_LOCK_HOLDERS
@@ -50,7 +50,7 @@ async def test_a_failed_startup_stops_the_relay_and_what_else_started(
     boom = Capability(
         name="boom",
         summary="fails at startup",
-        contexts=("tests.api.test_app_startup:relay_then_fail",),
+        contexts=(relay_then_fail,),
     )
     monkeypatch.setattr(app_module, "CAPABILITIES", (*CAPABILITIES, boom))
     app = app_module.create_app(make_settings(servers))
@@ -86,7 +86,7 @@ async def test_a_context_that_never_stops_does_not_keep_the_relay_running(
     stuck = Capability(
         name="stuck",
         summary="never stops",
-        contexts=("tests.api.test_app_startup:never_stops",),
+        contexts=(never_stops,),
     )
     monkeypatch.setattr(app_module, "CAPABILITIES", (*CAPABILITIES, stuck))
     client = await aiohttp_client(

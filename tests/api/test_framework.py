@@ -302,17 +302,17 @@ async def test_rate_limit_is_shared_across_frontends(
 
 
 async def test_the_app_serves_exactly_the_declared_capabilities(client: Any) -> None:
-    from marketplace.capabilities import CAPABILITIES, resolve
+    from marketplace.http.capabilities import CAPABILITIES
 
     declared = [
         (route.method, route.path)
         for cap in CAPABILITIES
-        for ref in cap.routes
-        for route in resolve(ref).routes
+        for table in cap.routes
+        for route in table.routes
     ]
     served = [(route.method, route.path) for route in client.app[ROUTES]]
     assert served[: len(declared)] == declared
-    # The guards are installed from their declarations, in GUARD_ORDER, not by their modules.
+    # The guards are installed from their declarations, in GuardSlot order, not by their modules.
     from marketplace.http.moderation_gate import moderation_suspension_guard
     from marketplace.http.routes.legal import legal_assent_guard
 

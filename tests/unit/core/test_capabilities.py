@@ -3,57 +3,79 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import pkgutil
+import subprocess
+import sys
+from typing import Any
 
 import pytest
 
 import marketplace.http.routes as route_package
-from marketplace.capabilities import (
-    CAPABILITIES,
-    GUARD_ORDER,
-    Capability,
-    ordered_guards,
-    resolve,
-)
 from marketplace.cli import build_parser, commands, invoked_command
+from marketplace.cli_commands import CAPABILITY_COMMANDS, resolve
+from marketplace.http.capabilities import (
+    CAPABILITIES,
+    Capability,
+    Guard,
+    GuardSlot,
+    declared_queues,
+    ordered_guards,
+)
+from marketplace.http.moderation_gate import moderation_suspension_guard
+from marketplace.http.routes.legal import legal_assent_guard
 from marketplace.http.routing import RouteTable
+from marketplace.notifications.sending import NOTIFICATIONS_QUEUE
+from marketplace.verifier.execution import VERIFIER_QUEUE
 
 
 def test_every_route_module_is_declared_by_exactly_one_capability() -> None:
-    modules = {
-        f"{route_package.__name__}.{info.name}"
+    tables = {
+        f"{route_package.__name__}.{info.name}": importlib.import_module(
+            f"{route_package.__name__}.{info.name}"
+        ).routes
         for info in pkgutil.iter_modules(route_package.__path__)
     }
-    declared = [ref.partition(":")[0] for cap in CAPABILITIES for ref in cap.routes]
-    assert sorted(declared) == sorted(set(declared)), "a route module is declared twice"
-    assert set(declared) == modules
-
-
-def test_every_reference_resolves_to_what_it_claims() -> None:
-    for cap in CAPABILITIES:
-        for ref in cap.routes:
-            assert isinstance(resolve(ref), RouteTable), ref
-        for ref in (
-            *cap.setup,
-            *cap.contexts,
-            *(command.configure for command in cap.cli),
-            *(g for _, g in cap.guards),
-        ):
-            assert callable(resolve(ref)), ref
+    assert all(isinstance(table, RouteTable) for table in tables.values())
+    declared = [table for cap in CAPABILITIES for table in cap.routes]
+    declared_modules = [m for table in declared for m, t in tables.items() if t is table]
+    assert len(declared_modules) == len(declared), "a declared table is no routes module's"
+    assert sorted(declared_modules) == sorted(tables), "a route module is missing or twice"
     assert len({cap.name for cap in CAPABILITIES}) == len(CAPABILITIES)
 
 
-def test_guards_run_in_the_declared_order_whatever_the_list_order() -> None:
-    late = Capability(name="b", summary="", guards=(("moderation_suspension", "x:late"),))
-    early = Capability(name="a", summary="", guards=(("legal_assent", "x:early"),))
-    assert [name for name, _ in ordered_guards((late, early))] == list(GUARD_ORDER)
-    with pytest.raises(ValueError, match="GUARD_ORDER"):
-        ordered_guards((Capability(name="c", summary="", guards=(("nope", "x:y"),)),))
+async def _early(call: Any) -> None: ...
+
+
+async def _late(call: Any) -> None: ...
+
+
+def test_guards_run_in_slot_order_whatever_the_list_order() -> None:
+    late = Capability(name="b", summary="", guards=(Guard(GuardSlot.MODERATION_SUSPENSION, _late),))
+    early = Capability(name="a", summary="", guards=(Guard(GuardSlot.LEGAL_ASSENT, _early),))
+    assert ordered_guards((late, early)) == [_early, _late]
+    # The service's own: legal assent, then moderation's suspension check.
+    assert ordered_guards() == [legal_assent_guard, moderation_suspension_guard]
+
+
+def test_the_registry_holds_the_declared_queues_and_refuses_a_name_twice() -> None:
+    assert declared_queues().names() == [NOTIFICATIONS_QUEUE.name, VERIFIER_QUEUE.name]
+    mail = Capability(name="mail", summary="", queues=(NOTIFICATIONS_QUEUE,))
+    with pytest.raises(ValueError, match="registered twice"):
+        declared_queues((mail, mail))
+
+
+def test_every_command_reference_resolves_and_its_capability_exists() -> None:
+    for commands_of in CAPABILITY_COMMANDS.values():
+        for command in commands_of:
+            assert callable(command.load()), command.configure
+    assert set(CAPABILITY_COMMANDS) <= {cap.name for cap in CAPABILITIES}
 
 
 def test_bad_reference_is_refused() -> None:
     with pytest.raises(ValueError, match="module:attribute"):
-        resolve("marketplace.capabilities")
+        resolve("marketplace.http.capabilities")
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -85,7 +107,9 @@ def test_the_cli_offers_the_commands_the_capabilities_declare() -> None:
         "devnet allowlist add",
     } <= set(leaves)
     # Sub-commands of a group are named once per group, and only groups that exist have them.
-    children = [(c.parent, c.name) for cap in CAPABILITIES for c in cap.cli if c.parent]
+    children = [
+        (c.parent, c.name) for cmds in CAPABILITY_COMMANDS.values() for c in cmds if c.parent
+    ]
     assert len(children) == len(set(children))
     assert {parent for parent, _ in children} <= set(declared)
 
@@ -98,3 +122,18 @@ def test_only_the_invoked_command_is_configured() -> None:
     assert "func" not in subcommands["serve"]._defaults
     assert invoked_command(["--help"]) is None
     assert invoked_command(["-h", "devnet", "info"]) == "devnet"
+
+
+def test_serve_names_the_dependencies_it_misses() -> None:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MARKETPLACE_")}
+    env["MARKETPLACE_REDIS_URL"] = "redis://unused"
+    done = subprocess.run(
+        [sys.executable, "-m", "marketplace", "serve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "MARKETPLACE_DATABASE_URL" in done.stderr
+    assert "MARKETPLACE_REDIS_URL" not in done.stderr
