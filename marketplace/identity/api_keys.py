@@ -126,29 +126,29 @@ class DatabaseApiKeyResolver:
             return None
         key_hash = hash_key(secret)
         row = await repo.resolve_secret_hash(self._pool(), key_hash)
-        if row is not None and await self._sessions.ensure(row["user_id"]):
+        if row is not None and await self._sessions.ensure(row.user_id):
             row = await repo.resolve_secret_hash(self._pool(), key_hash)
         if row is None:
             return None
         return ResolvedApiKey(
-            key_id=row["key_id"], user_id=row["user_id"], email_verified=row["email_verified"]
+            key_id=row.key_id, user_id=row.user_id, email_verified=row.email_verified
         )
 
 
 # --- operations -----------------------------------------------------------------------------
 
 
-def _owned(row: asyncpg.Record | None, user_id: uuid.UUID) -> asyncpg.Record:
+def _owned(row: repo.ApiKeyRow | None, user_id: uuid.UUID) -> repo.ApiKeyRow:
     # Someone else's key answers exactly like a key that does not exist: a key id must not be
     # confirmable by anyone but its owner.
-    if row is None or row["user_id"] != user_id:
+    if row is None or row.user_id != user_id:
         raise ApiKeyNotFound()
     return row
 
 
 async def create_key(
     pool: asyncpg.Pool, *, user_id: uuid.UUID, name: str, prefix: str, max_active: int
-) -> tuple[asyncpg.Record, str]:
+) -> tuple[repo.ApiKeyRow, str]:
     secret = generate_key(prefix)
     key_prefix, last4 = display_parts(secret)
     row = await repo.create_key(
@@ -168,13 +168,13 @@ async def create_key(
 
 async def get_owned_key(
     conn: asyncpg.Pool | Connection, key_id: uuid.UUID, user_id: uuid.UUID
-) -> asyncpg.Record:
+) -> repo.ApiKeyRow:
     return _owned(await repo.get_key(conn, key_id), user_id)
 
 
 @dataclass(frozen=True)
 class Rotation:
-    row: asyncpg.Record
+    row: repo.ApiKeyRow
     secret: str
     grace_expires_at: datetime | None
 
@@ -198,7 +198,7 @@ async def rotate_key(
     key_prefix, last4 = display_parts(secret)
     async with pool.acquire() as conn, conn.transaction():
         current = _owned(await repo.lock_key(conn, key_id), principal.user_id)
-        if current["revoked_at"] is not None:
+        if current.revoked_at is not None:
             raise ApiKeyRevoked()
         row, valid_until = await repo.rotate_secret(
             conn,
@@ -213,7 +213,7 @@ async def rotate_key(
 
 async def revoke_key(
     pool: asyncpg.Pool, *, user_id: uuid.UUID, key_id: uuid.UUID
-) -> asyncpg.Record:
+) -> repo.ApiKeyRow:
     """Idempotent: revoking a revoked key returns it with its original ``revokedAt``."""
     await get_owned_key(pool, key_id, user_id)
     row = await repo.revoke_key(pool, key_id)
@@ -230,13 +230,13 @@ _MAX_MICROS = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseco
 USAGE_CURSOR = CursorKind("u1", (_MAX_MICROS, BIGINT_MAX))
 
 
-def _usage_position(row: asyncpg.Record) -> tuple[int, int]:
-    return (row["occurred_at"] - _EPOCH) // timedelta(microseconds=1), row["usage_id"]
+def _usage_position(row: repo.UsageEntryRow) -> tuple[int, int]:
+    return (row.occurred_at - _EPOCH) // timedelta(microseconds=1), row.usage_id
 
 
 async def usage_page(
     pool: asyncpg.Pool, key_id: uuid.UUID, *, limit: int, cursor: str | None
-) -> tuple[list[asyncpg.Record], str | None]:
+) -> tuple[list[repo.UsageEntryRow], str | None]:
     position = USAGE_CURSOR.position(cursor)
     before = None
     if position is not None:

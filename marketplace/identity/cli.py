@@ -8,7 +8,7 @@ The database is ``MARKETPLACE_DATABASE_URL``; when it is unset, the embedded Pos
 running ``marketplace up`` (``--data-dir`` or ``$MARKETPLACE_DATA_DIR`` to choose one) is used
 (:func:`admin_dsn`, which every ``marketplace admin`` sub-command shares). ``admin`` is a command
 group: each capability declares its own sub-commands (``parent="admin"`` in
-marketplace.capabilities), these three are identity's.
+marketplace.cli_commands), these three are identity's.
 """
 
 from __future__ import annotations
@@ -21,28 +21,20 @@ import uuid
 from pathlib import Path
 
 from marketplace.config import Settings, load_settings
-from marketplace.embedded.state import DATA_DIR_HELP, DataDirNotFound, locate_data_dir
+from marketplace.config.data_dir import (
+    DATA_DIR_HELP,
+    DataDirNotFound,
+    embedded_postgres_dsn,
+    locate_data_dir,
+)
 from marketplace.identity.permissions import Flags, flags_of, set_flags
 from marketplace.storage.pool import connect
-
-
-def _embedded_dsn(data_dir: Path) -> str | None:
-    """The DSN of an embedded server started by ``marketplace up`` in ``data_dir``, if running."""
-    pid_file = data_dir / "postgres" / "postmaster.pid"
-    try:
-        lines = pid_file.read_text().splitlines()
-        port = int(lines[3])
-    except (OSError, IndexError, ValueError):
-        return None
-    from marketplace.embedded.postgres import EmbeddedPostgres
-
-    return EmbeddedPostgres(data_dir, port=port).dsn
 
 
 def _database_url(settings: Settings, data_dir: Path | None) -> str | None:
     if settings.database_url:
         return settings.database_url
-    return _embedded_dsn(locate_data_dir(data_dir))
+    return embedded_postgres_dsn(locate_data_dir(data_dir))
 
 
 def _as_json(user_id: uuid.UUID, flags: Flags) -> str:
@@ -116,7 +108,7 @@ def _configure(action: argparse.ArgumentParser, *, show: bool) -> None:
 
 
 def configure_grant(action: argparse.ArgumentParser) -> None:
-    """``marketplace admin grant`` (declared in :mod:`marketplace.capabilities`)."""
+    """``marketplace admin grant`` (declared in :mod:`marketplace.cli_commands`)."""
     _configure(action, show=False)
 
 

@@ -152,15 +152,15 @@ class DocumentState:
 
 
 def document_states(
-    catalog: LegalCatalog, acceptances: Sequence[asyncpg.Record]
+    catalog: LegalCatalog, acceptances: Sequence[repo.AcceptanceRow]
 ) -> list[DocumentState]:
     earliest: dict[tuple[str, str], datetime] = {}
     explicit: set[tuple[str, str]] = set()
     for row in acceptances:
-        key = (row["document_type"], row["version"])
-        if key not in earliest or row["accepted_at"] < earliest[key]:
-            earliest[key] = row["accepted_at"]
-        if row["kind"] == AcceptanceKind.EXPLICIT:
+        key = (row.document_type, row.version)
+        if key not in earliest or row.accepted_at < earliest[key]:
+            earliest[key] = row.accepted_at
+        if row.kind == AcceptanceKind.EXPLICIT:
             explicit.add(key)
     states = []
     for document in catalog.documents:
@@ -173,9 +173,9 @@ def document_states(
 
 
 def missing_of(
-    catalog: LegalCatalog, acceptances: Sequence[asyncpg.Record]
+    catalog: LegalCatalog, acceptances: Sequence[repo.AcceptanceRow]
 ) -> list[tuple[str, str]]:
-    accepted = {(row["document_type"], row["version"]) for row in acceptances}
+    accepted = {(row.document_type, row.version) for row in acceptances}
     return [pair for pair in catalog.required if pair not in accepted]
 
 
@@ -185,7 +185,7 @@ async def accept(
     principal: Principal,
     document_type: str,
     version: str,
-) -> asyncpg.Record:
+) -> repo.AcceptanceRow:
     """Record explicit assent; idempotent (a repeat returns the first record)."""
     if catalog.find(document_type, version) is None:
         raise UnknownLegalDocument(

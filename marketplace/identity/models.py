@@ -10,7 +10,10 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AfterValidator, Field
 
 from marketplace.config.settings import LegalAcceptanceMode
-from marketplace.storage.pool import Row
+from marketplace.storage.repositories.api_keys import ApiKeyRow, UsageEntryRow
+from marketplace.storage.repositories.legal import AcceptanceRow
+from marketplace.storage.repositories.usernames import UsernameRow
+from marketplace.storage.repositories.wallet_links import RevokedLinkRow, WalletLinkRow
 from marketplace.types import (
     Address,
     HexSignature,
@@ -86,8 +89,8 @@ class WalletLinkRevokeResponse(ResponseModel):
     revokedAt: datetime
 
     @classmethod
-    def from_row(cls, row: Row) -> Self:
-        return cls(walletAddress=row["wallet_address"], revokedAt=row["revoked_at"])
+    def from_row(cls, row: RevokedLinkRow) -> Self:
+        return cls(walletAddress=row.wallet_address, revokedAt=row.revoked_at)
 
 
 class WalletLinkItem(ResponseModel):
@@ -97,12 +100,12 @@ class WalletLinkItem(ResponseModel):
     verificationMethod: VerificationMethod
 
     @classmethod
-    def from_row(cls, row: Row) -> Self:
+    def from_row(cls, row: WalletLinkRow) -> Self:
         return cls(
-            walletAddress=row["wallet_address"],
-            chainId=row["chain_id"],
-            verifiedAt=row["verified_at"],
-            verificationMethod=VerificationMethod(row["verification_method"]),
+            walletAddress=row.wallet_address,
+            chainId=row.chain_id,
+            verifiedAt=row.verified_at,
+            verificationMethod=VerificationMethod(row.verification_method),
         )
 
 
@@ -131,13 +134,13 @@ class UsernameRecord(ResponseModel):
     updatedAt: datetime
 
     @classmethod
-    def from_row(cls, row: Row) -> Self:
+    def from_row(cls, row: UsernameRow) -> Self:
         return cls(
-            userId=row["user_id"],
-            username=row["username"],
-            usernameLower=row["username_lower"],
-            createdAt=row["created_at"],
-            updatedAt=row["updated_at"],
+            userId=row.user_id,
+            username=row.username,
+            usernameLower=row.username_lower,
+            createdAt=row.created_at,
+            updatedAt=row.updated_at,
         )
 
 
@@ -151,7 +154,7 @@ class UsernameGetResponse(ResponseModel):
     updatedAt: datetime | None = Field(default=None, exclude_if=_omit_none)
 
     @classmethod
-    def from_row(cls, user_id: uuid.UUID, row: Row | None) -> Self:
+    def from_row(cls, user_id: uuid.UUID, row: UsernameRow | None) -> Self:
         """``row``: the user's username row, or None when they have none."""
         if row is None:
             return cls(userId=user_id, username=None)
@@ -245,17 +248,17 @@ class ApiKeyRecord(ResponseModel):
     revokedAt: datetime | None
 
     @classmethod
-    def from_row(cls, row: Row, **extra: Any) -> Self:
+    def from_row(cls, row: ApiKeyRow, **extra: Any) -> Self:
         """``extra``: the fields a subclass adds (the secret, the grace period's end)."""
         return cls(
-            id=row["key_id"],
-            name=row["name"],
-            userId=row["user_id"],
-            keyPrefix=row["key_prefix"],
-            keyLast4=row["key_last4"],
-            createdAt=row["created_at"],
-            lastUsedAt=row["last_used_at"],
-            revokedAt=row["revoked_at"],
+            id=row.key_id,
+            name=row.name,
+            userId=row.user_id,
+            keyPrefix=row.key_prefix,
+            keyLast4=row.key_last4,
+            createdAt=row.created_at,
+            lastUsedAt=row.last_used_at,
+            revokedAt=row.revoked_at,
             **extra,
         )
 
@@ -302,13 +305,13 @@ class ApiKeyUsageEntry(ResponseModel):
     clientAddress: str | None
 
     @classmethod
-    def from_row(cls, row: Row) -> Self:
+    def from_row(cls, row: UsageEntryRow) -> Self:
         return cls(
-            occurredAt=row["occurred_at"],
-            method=row["method"],
-            route=row["route"],
-            status=row["status"],
-            clientAddress=row["client_address"],
+            occurredAt=row.occurred_at,
+            method=row.method,
+            route=row.route,
+            status=row.status,
+            clientAddress=row.client_address,
         )
 
 
@@ -401,14 +404,14 @@ class LegalAcceptanceRecord(ResponseModel):
     )
 
     @classmethod
-    def from_row(cls, row: Row) -> Self:
+    def from_row(cls, row: AcceptanceRow) -> Self:
         return cls(
-            documentType=LegalDocumentType(row["document_type"]),
-            version=row["version"],
-            kind=AcceptanceKind(row["kind"]),
-            acceptedAt=row["accepted_at"],
-            acceptedVia=row["accepted_via"],
-            triggerRoute=row["trigger_route"],
+            documentType=LegalDocumentType(row.document_type),
+            version=row.version,
+            kind=AcceptanceKind(row.kind),
+            acceptedAt=row.accepted_at,
+            acceptedVia=row.accepted_via,  # type: ignore[arg-type]  # CHECK-constrained
+            triggerRoute=row.trigger_route,
         )
 
 

@@ -24,7 +24,7 @@ async def flags_of(conn: asyncpg.Pool | Connection, user_id: uuid.UUID) -> Flags
     row = await users_repo.get_flags(conn, user_id)
     if row is None:
         return Flags(False, False)
-    return Flags(row["moderation_admin"], row["verifier_admin"])
+    return Flags(row.moderation_admin, row.verifier_admin)
 
 
 async def set_flags(
@@ -38,4 +38,4 @@ async def set_flags(
     row = await users_repo.set_admin_flags(
         conn, user_id, moderation_admin=moderation_admin, verifier_admin=verifier_admin
     )
-    return Flags(row["moderation_admin"], row["verifier_admin"])
+    return Flags(row.moderation_admin, row.verifier_admin)

@@ -28,7 +28,7 @@ def is_valid(candidate: str) -> bool:
     return _USERNAME_RE.fullmatch(candidate) is not None
 
 
-async def set_username(pool: asyncpg.Pool, user_id: uuid.UUID, username: str) -> asyncpg.Record:
+async def set_username(pool: asyncpg.Pool, user_id: uuid.UUID, username: str) -> repo.UsernameRow:
     try:
         return await repo.set_username(pool, user_id, username)
     except repo.UsernameTakenViolation:

@@ -236,20 +236,20 @@ class VerifiedLink:
     method: VerificationMethod
 
 
-def _check_challenge(row: asyncpg.Record | None, user_id: uuid.UUID, wallet: str) -> None:
+def _check_challenge(row: repo.ChallengeRow | None, user_id: uuid.UUID, wallet: str) -> None:
     """The rejections that need no signature, in the order a client can act on them."""
     if row is None:
         raise ChallengeNotFound()
-    if row["user_id"] != user_id:
+    if row.user_id != user_id:
         raise ChallengeUserMismatch()
-    if row["used_at"] is not None:
+    if row.used_at is not None:
         raise ChallengeAlreadyUsed()
-    if row["expired"]:
+    if row.expired:
         raise ChallengeExpired()
-    if row["wallet_address"] != wallet:
+    if row.wallet_address != wallet:
         raise WalletMismatch(
             f"walletAddress differs from the challenge's wallet "
-            f"{to_checksum_address(row['wallet_address'])}"
+            f"{to_checksum_address(row.wallet_address)}"
         )
 
 
@@ -268,7 +268,7 @@ async def verify(
     assert challenge is not None
     # Pure CPU (about 0.15 ms with coincurve); a bad signature does not consume the challenge,
     # so a user who picked the wrong account in the wallet can retry.
-    if recover_signer(challenge["message"], signature) != wallet:
+    if recover_signer(challenge.message, signature) != wallet:
         raise SignatureMismatch()
     method = VerificationMethod.EIP191_SIGN_MESSAGE
     async with pool.acquire() as conn, conn.transaction():
@@ -279,29 +279,29 @@ async def verify(
             _check_challenge(await repo.get_challenge(conn, challenge_id), user_id, wallet)
             raise ChallengeAlreadyUsed()
         current = await repo.active_link_of_wallet(conn, wallet)
-        if current is not None and current["user_id"] == user_id:
+        if current is not None and current.user_id == user_id:
             row = await repo.refresh_link(
                 conn,
-                current["link_id"],
-                chain_id=consumed["chain_id"],
+                current.link_id,
+                chain_id=consumed.chain_id,
                 method=method.value,
                 challenge_id=challenge_id,
             )
         else:
             if current is not None:
-                await repo.supersede_link(conn, current["link_id"])
+                await repo.supersede_link(conn, current.link_id)
             row = await repo.insert_link(
                 conn,
                 user_id=user_id,
                 wallet=wallet,
-                chain_id=consumed["chain_id"],
+                chain_id=consumed.chain_id,
                 method=method.value,
                 challenge_id=challenge_id,
             )
-    return VerifiedLink(row["wallet_address"], row["verified_at"], method)
+    return VerifiedLink(row.wallet_address, row.verified_at, method)
 
 
-async def revoke(pool: asyncpg.Pool, *, user_id: uuid.UUID, wallet: str) -> asyncpg.Record:
+async def revoke(pool: asyncpg.Pool, *, user_id: uuid.UUID, wallet: str) -> repo.RevokedLinkRow:
     """``wallet`` lower-case, as the request models give it."""
     row = await repo.revoke_link(pool, user_id, wallet)
     if row is None:

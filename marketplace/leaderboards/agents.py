@@ -95,11 +95,11 @@ async def _who(
     text = id_or_wallet.strip()
     if ADDRESS.fullmatch(text):
         found = await repo.wallet(pool, text)
-        if found["user_id"] is None:
-            if not found["known"]:
+        if found.user_id is None:
+            if not found.known:
                 raise AgentNotFound()
             return None, None, [text.lower()]
-        user_id = found["user_id"]
+        user_id = found.user_id
     else:
         try:
             user_id = uuid.UUID(text)
@@ -118,7 +118,7 @@ async def _who(
     row = await repo.user(pool, user_id)
     if row is None:
         raise AgentNotFound()
-    return row["user_id"], row["username"], list(row["wallets"])
+    return row.user_id, row.username, list(row.wallets)
 
 
 async def profile(
@@ -134,12 +134,12 @@ async def profile(
     )
     best: dict[str, CategoryRanking] = {}
     for row in rankings:
-        if row["category"] not in best:  # rows come best rank first per category
-            best[row["category"]] = CategoryRanking(
-                category=row["category"],
-                rank=row["rank"],
-                completedMilestones=row["completed_milestones"],
-                totalPayoutUSDC=_usdc(row["total_payout_usdc"]),
+        if row.category not in best:  # rows come best rank first per category
+            best[row.category] = CategoryRanking(
+                category=row.category,
+                rank=row.rank,
+                completedMilestones=row.completed_milestones,
+                totalPayoutUSDC=_usdc(row.total_payout_usdc),
             )
     return AgentProfile(
         userId=user_id,
@@ -147,21 +147,21 @@ async def profile(
         wallets=wallets,
         projects=[
             AgentProject(
-                projectAddress=row["project_address"],
-                title=row["title"],
-                role=row["role"],
-                status=row["status"],
-                completedMilestones=row["completed"],
-                payoutUSDC=_usdc(row["payout"]),
+                projectAddress=row.project_address,
+                title=row.title,
+                role=row.role,
+                status=row.status,
+                completedMilestones=row.completed,
+                payoutUSDC=_usdc(row.payout),
             )
             for row in projects
         ],
         categoryRankings=list(best.values()),
         stats=AgentStats(
-            completedMilestones=stats["completed"],
-            totalPayoutUSDC=_usdc(stats["payout"]),
-            projects=stats["projects"],
-            disputes=stats["disputes"],
-            disputesLost=stats["disputes_lost"],
+            completedMilestones=stats.completed,
+            totalPayoutUSDC=_usdc(stats.payout),
+            projects=stats.projects,
+            disputes=stats.disputes,
+            disputesLost=stats.disputes_lost,
         ),
     )

@@ -3,7 +3,7 @@
 
 Maintenance. Every frontend runs a :class:`BoardsConsumer`; exactly one is active (the
 notifications consumer's pattern: a session-level advisory lock on a connection of its own,
-marketplace/events/leader.py). It reads the outbox after ``leaderboard_consumer_cursor`` and, for
+marketplace/outbox/leader.py). It reads the outbox after ``leaderboard_consumer_cursor`` and, for
 each batch, in ONE transaction with the cursor: rebuilds the ``leaderboard_entries`` of every
 project an event touched (from ``milestones`` + ``projects`` + ``milestone_category_tags``, so
 the result is the read model's state, whatever the events said), then re-aggregates every
@@ -32,10 +32,11 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import asyncpg
+from pydantic import ValidationError
 
-from marketplace.events.leader import OutboxLeader
-from marketplace.events.types import EventType
+from marketplace.events.types import ChainReorgPayload, EventType
 from marketplace.leaderboards.errors import UnknownCategory
+from marketplace.outbox.leader import OutboxLeader
 from marketplace.pagination import TextCursorKind, invalid_cursor
 from marketplace.storage.pool import Conn, Connection
 from marketplace.storage.repositories import events as events_repo
@@ -85,13 +86,17 @@ _INTEGER_MAX = 2**31 - 1
 def affected_projects(events: Sequence[StoredEvent]) -> set[str]:
     """The projects whose entries the events may have changed: the subject of project and tag
     events; a reorg's removed and re-snapshotted projects (each also gets its own
-    ``project.removed``/``project.changed``, but the reorg event alone is enough)."""
+    ``project.removed``/``project.changed``, but the reorg event alone is enough, and a reorg
+    whose payload its model refuses adds nothing for that reason)."""
     projects: set[str] = set()
     for event in events:
         if event.type == EventType.CHAIN_REORG:
-            payload = event.payload
-            for key in ("removedProjects", "resnapshotProjects"):
-                projects.update(str(p).lower() for p in payload.get(key) or [])
+            try:
+                reorg = ChainReorgPayload.model_validate_json(event.payload_json)
+            except ValidationError:
+                log.warning("event %d (chain.reorg) does not match its payload model", event.id)
+                continue
+            projects.update(p.lower() for p in (*reorg.removedProjects, *reorg.resnapshotProjects))
         else:
             projects.add(event.subject.lower())
     return projects
@@ -238,12 +243,12 @@ def parse_categories(text: str | None) -> list[str]:
     return list(seen)
 
 
-def _sort_value(sort: BoardSort, row: asyncpg.Record) -> str:
+def _sort_value(sort: BoardSort, row: repo.StandingRow) -> str:
     if sort is BoardSort.PAYOUT:
-        return str(int(row["total_payout_usdc"]))
+        return str(int(row.total_payout_usdc))
     if sort is BoardSort.MILESTONES:
-        return str(row["completed_milestones"])
-    delta = row["last_completed_at"] - _EPOCH
+        return str(row.completed_milestones)
+    delta = row.last_completed_at - _EPOCH
     return str((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds)
 
 
@@ -299,25 +304,25 @@ async def board_page(
             after=after,
         )
     page = rows[:limit]
-    first_rank = int(page[0]["before"]) + 1 if page else 0
+    first_rank = int(page[0].before) + 1 if page else 0
     items = [
         BoardRow(
             rank=first_rank + offset,
-            wallet_address=row["wallet_address"],
-            user_id=row["user_id"],
-            username=row["username"],
-            completed_milestones=row["completed_milestones"],
-            total_payout_usdc=str(int(row["total_payout_usdc"])),
-            projects=row["projects"],
-            categories=list(row["categories"]),
-            last_completed_at=row["last_completed_at"],
+            wallet_address=row.wallet_address,
+            user_id=row.user_id,
+            username=row.username,
+            completed_milestones=row.completed_milestones,
+            total_payout_usdc=str(int(row.total_payout_usdc)),
+            projects=row.projects,
+            categories=list(row.categories),
+            last_completed_at=row.last_completed_at,
         )
         for offset, row in enumerate(page)
     ]
     next_cursor = None
     if len(rows) > limit and page:
         last = page[-1]
-        next_cursor = kind.encode(_sort_value(sort, last), last["wallet_address"])
+        next_cursor = kind.encode(_sort_value(sort, last), last.wallet_address)
     return BoardPage(items, next_cursor)
 
 

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from marketplace.embedded.state import DATA_DIR_HELP
+from marketplace.config.data_dir import DATA_DIR_HELP
 from marketplace.errors import MarketplaceError
 from marketplace.identity.cli import admin_dsn
 from marketplace.leaderboards import boards, categories
@@ -81,7 +81,7 @@ def cmd_categories(args: argparse.Namespace) -> int:
 
 
 def configure(group: argparse.ArgumentParser) -> None:
-    """``marketplace admin categories``'s sub-commands (declared in marketplace.capabilities)."""
+    """``marketplace admin categories``'s sub-commands (declared in marketplace.cli_commands)."""
     actions = group.add_subparsers(dest="categories_command", required=True)
     listing = actions.add_parser("list", help="print every category as JSON, by sortOrder")
     add = actions.add_parser("add", help="add a category")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from marketplace.errors import Conflict, MarketplaceError, NotFound
+from marketplace.errors import Conflict, ErrorExtra, MarketplaceError, NotFound
 
 
 class MilestoneNotFound(NotFound):
@@ -31,7 +31,7 @@ class UnknownCategory(MarketplaceError):
     code = "unknown_category"
     status = 422
     default_message = "not an active leaderboard category"
-    example_extra: ClassVar[dict[str, Any]] = {"unknown": ["blockchain"]}
+    example_extra: ClassVar[ErrorExtra] = {"unknown": ["blockchain"]}
 
     def __init__(self, unknown: list[str], message: str | None = None) -> None:
         super().__init__(

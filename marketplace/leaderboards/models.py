@@ -18,7 +18,7 @@ from marketplace.leaderboards.rules import (
     SLUG_PATTERN,
     duplicates,
 )
-from marketplace.storage.pool import Row
+from marketplace.storage.repositories.leaderboards import CategoryRow, RevisionRow, TagsRow
 from marketplace.types import (
     MILESTONE_INDEX_MAX,
     Address,
@@ -62,15 +62,15 @@ class Category(ResponseModel):
     updatedAt: datetime
 
     @classmethod
-    def from_row(cls, row: Row) -> Self:
+    def from_row(cls, row: CategoryRow) -> Self:
         return cls(
-            slug=row["slug"],
-            displayName=row["display_name"],
-            description=row["description"],
-            sortOrder=row["sort_order"],
-            isActive=row["is_active"],
-            createdAt=row["created_at"],
-            updatedAt=row["updated_at"],
+            slug=row.slug,
+            displayName=row.display_name,
+            description=row.description,
+            sortOrder=row.sort_order,
+            isActive=row.is_active,
+            createdAt=row.created_at,
+            updatedAt=row.updated_at,
         )
 
 
@@ -111,14 +111,14 @@ class MilestoneTags(ResponseModel):
     updatedAt: datetime
 
     @classmethod
-    def from_row(cls, row: Row) -> Self:
+    def from_row(cls, row: TagsRow) -> Self:
         return cls(
-            projectAddress=row["project_address"],
-            milestoneIndex=row["milestone_index"],
-            ownerWalletAddress=row["owner_wallet_address"],
-            categories=list(row["categories"]),
-            createdAt=row["created_at"],
-            updatedAt=row["updated_at"],
+            projectAddress=row.project_address,
+            milestoneIndex=row.milestone_index,
+            ownerWalletAddress=row.owner_wallet_address,
+            categories=list(row.categories),
+            createdAt=row.created_at,
+            updatedAt=row.updated_at,
         )
 
 
@@ -137,16 +137,16 @@ class TagRevision(ResponseModel):
     createdAt: datetime
 
     @classmethod
-    def from_row(cls, row: Row) -> Self:
+    def from_row(cls, row: RevisionRow) -> Self:
         return cls(
-            id=row["id"],
-            projectAddress=row["project_address"],
-            milestoneIndex=row["milestone_index"],
-            ownerWalletAddress=row["owner_wallet_address"],
-            revision=row["revision"],
-            categories=list(row["categories"]),
-            previousCategories=list(row["previous_categories"]),
-            createdAt=row["created_at"],
+            id=row.id,
+            projectAddress=row.project_address,
+            milestoneIndex=row.milestone_index,
+            ownerWalletAddress=row.owner_wallet_address,
+            revision=row.revision,
+            categories=list(row.categories),
+            previousCategories=list(row.previous_categories),
+            createdAt=row.created_at,
         )
 
 

@@ -84,7 +84,7 @@ async def _require_visible(conn: Conn, viewer: uuid.UUID | None, project_address
 
 async def visible_tags(
     pool: asyncpg.Pool, viewer: uuid.UUID | None, project_address: str, milestone_index: int
-) -> asyncpg.Record:
+) -> repo.TagsRow:
     async with pool.acquire() as conn:
         await _require_visible(conn, viewer, project_address)
         row = await repo.tags(conn, project_address, milestone_index)
@@ -101,7 +101,7 @@ async def visible_revisions(
     *,
     cursor: str | None,
     limit: int,
-) -> tuple[list[asyncpg.Record], str | None]:
+) -> tuple[list[repo.RevisionRow], str | None]:
     """A page of the milestone's revisions, newest first (empty when it was never tagged)."""
     position = REVISION_CURSOR.position(cursor)
     async with pool.acquire() as conn:
@@ -113,4 +113,4 @@ async def visible_revisions(
             before_seq=position[0] if position else None,
             limit=limit + 1,
         )
-    return keyset_page(rows, limit, REVISION_CURSOR, lambda row: (row["seq"],))
+    return keyset_page(rows, limit, REVISION_CURSOR, lambda row: (row.seq,))

@@ -7,9 +7,9 @@ boundary like every :class:`~marketplace.errors.MarketplaceError`.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from marketplace.errors import Forbidden, MarketplaceError
+from marketplace.errors import ErrorExtra, Forbidden, MarketplaceError
 
 
 def iso_utc(moment: datetime) -> str:
@@ -37,7 +37,7 @@ class SendingSuspended(Forbidden):
     code = "sending_suspended"
     default_message = "sending messages is suspended for this account after repeated offenses"
     # The extra field as the OpenAPI error examples show it.
-    example_extra: ClassVar[dict[str, Any]] = {"until": "2025-03-02T12:00:00Z"}
+    example_extra: ClassVar[ErrorExtra] = {"until": "2025-03-02T12:00:00Z"}
 
     def __init__(self, until: datetime, message: str | None = None) -> None:
         super().__init__(message, {"until": iso_utc(until)})

@@ -9,8 +9,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from marketplace.storage.pool import Row
-from marketplace.types import QueryModel, ResponseModel
+from marketplace.storage.repositories.moderation import OffenseListRow
+from marketplace.storage.repositories.moderation_audit import AuditRow
+from marketplace.types import JsonObject, QueryModel, ResponseModel
 
 LIST_LIMIT_DEFAULT = 50
 LIST_LIMIT_MAX = 100
@@ -57,10 +58,8 @@ class OffenseItem(ResponseModel):
     createdAt: datetime
 
     @classmethod
-    def from_row(cls, row: Row) -> OffenseItem:
-        return cls(
-            id=row["id"], context=row["context"], term=row["term"], createdAt=row["created_at"]
-        )
+    def from_row(cls, row: OffenseListRow) -> OffenseItem:
+        return cls(id=row.id, context=row.context, term=row.term, createdAt=row.created_at)
 
 
 class OffensesResponse(ResponseModel):
@@ -98,21 +97,21 @@ class AuditEntry(ResponseModel):
     )
     action: AuditActionName
     reason: str | None
-    details: dict[str, Any] = Field(
+    details: JsonObject = Field(
         description="ids, terms and statuses of the change; never a message body"
     )
     createdAt: datetime
 
     @classmethod
-    def from_row(cls, row: Row) -> AuditEntry:
+    def from_row(cls, row: AuditRow) -> AuditEntry:
         return cls(
-            id=row["id"],
-            subjectUserId=row["subject_user_id"],
-            actorUserId=row["actor_user_id"],
-            action=row["action"],
-            reason=row["reason"],
-            details=row["details"] or {},
-            createdAt=row["created_at"],
+            id=row.id,
+            subjectUserId=row.subject_user_id,
+            actorUserId=row.actor_user_id,
+            action=row.action,
+            reason=row.reason,
+            details=row.details or {},
+            createdAt=row.created_at,
         )
 
 

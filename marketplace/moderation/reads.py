@@ -22,8 +22,8 @@ OFFENSE_CURSOR = CursorKind("o1", (BIGINT_MAX,))
 AUDIT_CURSOR = CursorKind("a1", (BIGINT_MAX,))
 
 
-def _seq_position(row: asyncpg.Record) -> tuple[int]:
-    return (row["seq"],)
+def _seq_position(row: repo.OffenseListRow | audit_repo.AuditRow) -> tuple[int]:
+    return (row.seq,)
 
 
 async def suspended_until(conn: Conn, user_id: uuid.UUID) -> datetime | None:
@@ -49,7 +49,7 @@ class OffenseOverview:
     total: int
     window_total: int
     suspended_until: datetime | None
-    items: list[asyncpg.Record]
+    items: list[repo.OffenseListRow]
     next_cursor: str | None
 
 
@@ -73,7 +73,7 @@ async def offense_overview(
         raise NotOffenseViewer()
     policy = SuspensionPolicy.from_settings(settings)
     summary = await repo.offense_summary(pool, user_id)
-    now: datetime = summary["now"]
+    now = summary.now
     times = await repo.offense_times(pool, user_id, now - policy.window)
     rows = await repo.offense_page(
         pool, user_id, before_seq=position[0] if position else None, limit=limit + 1
@@ -81,9 +81,9 @@ async def offense_overview(
     items, next_cursor = keyset_page(rows, limit, OFFENSE_CURSOR, _seq_position)
     return OffenseOverview(
         user_id=user_id,
-        total=summary["total"],
-        window_total=window_total(times, now, policy.window, summary["counting_since"]),
-        suspended_until=summary["active_until"],
+        total=summary.total,
+        window_total=window_total(times, now, policy.window, summary.counting_since),
+        suspended_until=summary.active_until,
         items=items,
         next_cursor=next_cursor,
     )
@@ -96,7 +96,7 @@ async def audit_page(
     subject_user_id: uuid.UUID | None,
     limit: int,
     cursor: str | None,
-) -> tuple[list[asyncpg.Record], str | None]:
+) -> tuple[list[audit_repo.AuditRow], str | None]:
     """Audit entries (of one subject when given), newest first; moderation admins only."""
     position = AUDIT_CURSOR.position(cursor)
     await require_moderation_admin(pool, viewer_id)

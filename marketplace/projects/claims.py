@@ -18,16 +18,16 @@ import secrets
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Literal
+from typing import Final, Literal, cast
 
 import asyncpg
 
 from marketplace.chain.abi import ContractAbi
 from marketplace.chain.enums import ProjectStatus as ChainProjectStatus
 from marketplace.chain.hashes import direct_config_hash, intent_config_hash
-from marketplace.chain.project_state import project_status
+from marketplace.chain.project_state import ProjectCreated, project_status
 from marketplace.chain.rpc import RPC_FAILURES
-from marketplace.errors import Conflict, Forbidden, NotFound, ServiceUnavailable
+from marketplace.errors import Conflict, ErrorBody, Forbidden, NotFound, ServiceUnavailable
 from marketplace.projects.models import BiddingAccess, ProjectMode
 from marketplace.records.access import caller_wallets, visible_project
 from marketplace.shards import ProjectCommand, ShardContext
@@ -69,7 +69,7 @@ class ProjectClaimConflict(Conflict):
         super().__init__(message, {})
         self.claim_code = code
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> ErrorBody:
         return {"error": self.claim_code, "message": self.message}
 
 
@@ -107,14 +107,19 @@ async def require_draft_on_chain(ctx: ShardContext, project: str) -> None:
         raise MetadataFrozen()
 
 
-def policies_json(policies: tuple[tuple[int, str], ...]) -> list[dict[str, Any]]:
-    return [{"milestoneIndex": index, "checkPolicyId": policy} for index, policy in policies]
+def policies_json(policies: tuple[tuple[int, str], ...]) -> list[repo.StoredMilestonePolicy]:
+    return [
+        repo.StoredMilestonePolicy(milestoneIndex=index, checkPolicyId=policy)
+        for index, policy in policies
+    ]
 
 
 # --- create intents ----------------------------------------------------------------------------
 
 
-async def create_intent(pool: asyncpg.Pool, user_id: uuid.UUID, ttl_seconds: int) -> asyncpg.Record:
+async def create_intent(
+    pool: asyncpg.Pool, user_id: uuid.UUID, ttl_seconds: int
+) -> repo.NewIntentRow:
     nonce = "0x" + secrets.token_bytes(32).hex()
     expires_at = datetime.now(UTC) + timedelta(seconds=ttl_seconds)
     return await repo.insert_intent(pool, uuid.uuid4(), user_id, nonce, expires_at)
@@ -127,7 +132,7 @@ class IntentNotFound(NotFound):
 
 async def cancel_intent(
     pool: asyncpg.Pool, user_id: uuid.UUID, intent_id: uuid.UUID
-) -> asyncpg.Record:
+) -> repo.CancelledIntentRow:
     """Withdraw a pending intent (idempotent). A used intent cannot be withdrawn (409
     ``project_create_intent_not_pending``); someone else's answers like an unknown one (404)."""
     row = await repo.cancel_intent(pool, intent_id, user_id)
@@ -237,8 +242,8 @@ class ClaimProject(ProjectCommand):
                 )
             indexed = await repo.indexed_project(conn, project)
             if indexed is not None and (
-                indexed["project_mode"] != meta.project_mode
-                or indexed["bidding_access"] != meta.bidding_access
+                indexed.project_mode != meta.project_mode
+                or indexed.bidding_access != meta.bidding_access
             ):
                 raise ProjectClaimConflict(
                     "conflict", "projectMode or biddingAccess differ from the project on chain"
@@ -252,7 +257,7 @@ class ClaimProject(ProjectCommand):
                     raise ProjectClaimConflict("conflict", "the project was already claimed")
             else:
                 if intent is not None and not await repo.use_intent(
-                    conn, intent["intent_id"], project
+                    conn, intent.intent_id, project
                 ):
                     raise ProjectClaimConflict(
                         "project_create_intent_already_used",
@@ -262,21 +267,23 @@ class ClaimProject(ProjectCommand):
                     await require_draft_on_chain(ctx, project)
                 await repo.insert_metadata(
                     conn,
-                    project_address=project,
-                    owner_address=owner,
-                    title=meta.title,
-                    description=meta.description,
-                    repo_url=meta.repo_url,
-                    image_url=meta.image_url,
-                    project_mode=meta.project_mode,
-                    bidding_access=meta.bidding_access,
-                    claimed_by=self.user_id,
-                    claim_mode=self.mode,
-                    hash_version=self.hash_version,
-                    intent_id=intent["intent_id"] if intent is not None else None,
-                    tx_hash=self.tx_hash.lower(),
-                    config_hash=config_hash,
-                    milestone_policies=policies_json(meta.milestone_policies),
+                    repo.NewMetadata(
+                        project_address=project,
+                        owner_address=owner,
+                        title=meta.title,
+                        description=meta.description,
+                        repo_url=meta.repo_url,
+                        image_url=meta.image_url,
+                        project_mode=meta.project_mode,
+                        bidding_access=meta.bidding_access,
+                        claimed_by=self.user_id,
+                        claim_mode=self.mode,
+                        hash_version=self.hash_version,
+                        intent_id=intent.intent_id if intent is not None else None,
+                        tx_hash=self.tx_hash.lower(),
+                        config_hash=config_hash,
+                        milestone_policies=policies_json(meta.milestone_policies),
+                    ),
                 )
                 status = "claimed"
         return ClaimOutcome(
@@ -288,49 +295,49 @@ class ClaimProject(ProjectCommand):
 
     async def _check_intent(
         self, conn: Connection, claimed: ClaimIntent, created_ts: int, skew: timedelta
-    ) -> asyncpg.Record:
+    ) -> repo.IntentRow:
         intent = await repo.intent_for_update(conn, claimed.intent_id)
-        if intent is None or intent["intent_nonce"] != claimed.intent_nonce.lower():
+        if intent is None or intent.intent_nonce != claimed.intent_nonce.lower():
             raise ProjectClaimConflict(
                 "project_create_intent_not_found", "no create intent with this id and nonce"
             )
-        if intent["user_id"] != self.user_id:
+        if intent.user_id != self.user_id:
             raise ProjectClaimConflict(
                 "project_create_intent_owner_mismatch", "the create intent belongs to another user"
             )
-        if intent["status"] == "used" and intent["project_address"] != self.project_address:
+        if intent.status == "used" and intent.project_address != self.project_address:
             raise ProjectClaimConflict(
                 "project_create_intent_already_used",
                 "the create intent was already used to claim another project",
             )
-        if intent["status"] not in ("pending", "used"):
+        if intent.status not in ("pending", "used"):
             raise ProjectClaimConflict(
-                "project_create_intent_not_pending", f"the create intent is {intent['status']}"
+                "project_create_intent_not_pending", f"the create intent is {intent.status}"
             )
         created_at = datetime.fromtimestamp(created_ts, UTC)
-        if created_at < intent["created_at"] - skew:
+        if created_at < intent.created_at - skew:
             raise ProjectClaimConflict(
                 "intent_not_claimable", "the project was created before this intent was issued"
             )
-        if created_at > intent["expires_at"] + skew:
+        if created_at > intent.expires_at + skew:
             raise ProjectClaimConflict(
                 "intent_expired_pre_create", "the intent had expired when the project was created"
             )
         return intent
 
-    def _same_claim(self, existing: asyncpg.Record, config_hash: str) -> bool:
+    def _same_claim(self, existing: repo.MetadataRow, config_hash: str) -> bool:
         # The configHash covers every metadata field (and, in intent mode, the intent), so equal
         # hashes from the same user and transaction mean the same claim.
         return (
-            existing["claimed_by"] == self.user_id
-            and existing["config_hash"] == config_hash
-            and existing["tx_hash"] == self.tx_hash.lower()
+            existing.claimed_by == self.user_id
+            and existing.config_hash == config_hash
+            and existing.tx_hash == self.tx_hash.lower()
         )
 
 
 async def _creation_from_chain(
     ctx: ShardContext, project: str, tx_hash: str
-) -> tuple[dict[str, Any], int]:
+) -> tuple[ProjectCreated, int]:
     """The ProjectCreated event of ``project`` in ``tx_hash`` and its block's timestamp."""
     if ctx.chain is None:
         raise ServiceUnavailable("no chain is configured; claims cannot be verified")
@@ -357,7 +364,7 @@ async def _creation_from_chain(
             continue
         if entry["topics"][0] != _CREATED.topic0:
             continue
-        args = _CREATED.decode_log(entry)
+        args = cast(ProjectCreated, _CREATED.decode_log(entry))
         if args["project"].lower() == project:
             return args, int(block["timestamp"], 16)
     raise ProjectClaimConflict(
@@ -389,12 +396,16 @@ class PatchMetadata(ProjectCommand):
     # (milestoneIndex, checkPolicyId) ordered by index; () clears them.
     milestone_policies: tuple[tuple[int, str], ...] | Unchanged = UNCHANGED
 
-    def changes(self) -> dict[str, Any]:
-        """The optional columns the client sent, by column name."""
-        sent: dict[str, Any] = {"description": self.description, "image_url": self.image_url}
-        if not isinstance(self.milestone_policies, Unchanged):
-            sent["milestone_policies"] = policies_json(self.milestone_policies)
-        return {column: value for column, value in sent.items() if not isinstance(value, Unchanged)}
+    def changes(self) -> repo.MetadataChanges:
+        """The optional fields the client sent."""
+        description, image_url, policies = self.description, self.image_url, self.milestone_policies
+        return repo.MetadataChanges(
+            description=None if isinstance(description, Unchanged) else description,
+            description_sent=not isinstance(description, Unchanged),
+            image_url=None if isinstance(image_url, Unchanged) else image_url,
+            image_url_sent=not isinstance(image_url, Unchanged),
+            milestone_policies=None if isinstance(policies, Unchanged) else policies_json(policies),
+        )
 
     async def apply(self, ctx: ShardContext) -> None:
         project = self.project_address

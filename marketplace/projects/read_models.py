@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import asyncpg
 from pydantic import BaseModel
@@ -25,9 +25,13 @@ from marketplace.projects.models import (
     ProjectStatus,
     check_policy,
 )
-from marketplace.storage.pool import Connection, Row
+from marketplace.storage.pool import Connection
 from marketplace.storage.repositories import projects as projects_repo
-from marketplace.storage.repositories.projects import CHALLENGE_FALLBACK_SECONDS
+from marketplace.storage.repositories.projects import (
+    CHALLENGE_FALLBACK_SECONDS,
+    MilestoneValues,
+    ProjectReadRow,
+)
 from marketplace.types import checksum_address
 from marketplace.verifier.policy import PolicyId
 
@@ -47,12 +51,26 @@ __all__ = [
 _DEADLINE_DRIVEN = frozenset({"bidding", "building"})
 
 
-def effective_status(row: Row, now: int) -> ProjectStatus:
+class ChallengeClock(Protocol):
+    """What the effective status is derived from (a :class:`ProjectReadRow` has it)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def project_mode(self) -> str: ...
+    @property
+    def challenge_submission_deadline(self) -> int | None: ...
+    @property
+    def challenge_submission_count(self) -> int | None: ...
+    @property
+    def challenge_owner_response_deadline(self) -> int | None: ...
+
+
+def effective_status(row: ChallengeClock, now: int) -> ProjectStatus:
     """The status clients gate actions on, derived from challenge-mode deadlines at ``now``.
 
-    ``row`` needs ``project_mode``, ``status``, ``challenge_submission_deadline``,
-    ``challenge_submission_count`` and ``challenge_owner_response_deadline`` (Unix seconds,
-    ``None`` when unknown). Conditions are checked in this order (docs/read-models.md):
+    ``row``'s deadlines are Unix seconds, ``None`` when unknown. Conditions are checked in this
+    order (docs/read-models.md):
 
     1. standard mode, or a stored status other than bidding/building, or no submission
        deadline: the stored status;
@@ -64,19 +82,19 @@ def effective_status(row: Row, now: int) -> ProjectStatus:
     5. ``now <= owner response deadline + 5 days``: ``dispute`` (verifier-signed fallback);
     6. later: ``failed`` (anyone may settle: fails and refunds).
     """
-    status: ProjectStatus = row["status"]
-    submission_deadline = row["challenge_submission_deadline"]
+    status: ProjectStatus = row.status  # type: ignore[assignment]  # CHECK-constrained
+    submission_deadline = row.challenge_submission_deadline
     if (
-        row["project_mode"] != "challenge"
+        row.project_mode != "challenge"
         or status not in _DEADLINE_DRIVEN
         or submission_deadline is None
     ):
         return status
     if now <= submission_deadline:
         return status
-    if not row["challenge_submission_count"]:
+    if not row.challenge_submission_count:
         return "failed" if status == "bidding" else status
-    response_deadline = row["challenge_owner_response_deadline"]
+    response_deadline = row.challenge_owner_response_deadline
     if response_deadline is None or now <= response_deadline:
         return "building"
     if now <= response_deadline + CHALLENGE_FALLBACK_SECONDS:
@@ -151,7 +169,7 @@ _construct_project = trusted_constructor(ProjectReadModel)
 
 
 def milestone_model(
-    values: Sequence[Any], check_policy_id: PolicyId | None = None
+    values: MilestoneValues, check_policy_id: PolicyId | None = None
 ) -> MilestoneReadModel:
     """A milestone from one element of the ``milestones`` aggregate (MILESTONE_FIELDS order),
     with the acceptance policy the owner fixed for it (None: none)."""
@@ -186,9 +204,9 @@ def milestone_model(
     )
 
 
-def milestone_policies(row: Row) -> list[MilestonePolicy]:
+def milestone_policies(row: ProjectReadRow) -> list[MilestonePolicy]:
     """The claimed metadata's acceptance policies (stored ordered by index)."""
-    stored = row["milestone_policies"] or []
+    stored = row.milestone_policies or []
     return [
         MilestonePolicy.model_construct(
             milestoneIndex=item["milestoneIndex"], checkPolicyId=PolicyId(item["checkPolicyId"])
@@ -197,55 +215,57 @@ def milestone_policies(row: Row) -> list[MilestonePolicy]:
     ]
 
 
-def project_model(row: Row, now: int, *, viewer_can_edit: bool | None = None) -> ProjectReadModel:
+def project_model(
+    row: ProjectReadRow, now: int, *, viewer_can_edit: bool | None = None
+) -> ProjectReadModel:
     """The read model of one row of the project statements in ``repositories/projects.py``.
 
     ``viewer_can_edit`` is only given on detail reads by an authenticated caller; otherwise the
     field is left out of the response.
     """
-    challenge = row["project_mode"] == "challenge"
+    challenge = row.project_mode == "challenge"
     policies = milestone_policies(row)
     by_index = {p.milestoneIndex: p.checkPolicyId for p in policies}
     return _construct_project(
-        projectAddress=checksum(row["project_address"]),
-        ownerAddress=checksum(row["owner_address"]),
-        status=row["status"],
+        projectAddress=checksum(row.project_address),
+        ownerAddress=checksum(row.owner_address),
+        status=row.status,
         effectiveStatus=effective_status(row, now),
-        projectMode=row["project_mode"],
-        biddingAccess=row["bidding_access"],
-        title=row["title"],
-        description=row["description"],
-        imageUrl=row["image_url"],
+        projectMode=row.project_mode,
+        biddingAccess=row.bidding_access,
+        title=row.title,
+        description=row.description,
+        imageUrl=row.image_url,
         viewerCanEditMetadata=viewer_can_edit,
-        configHash=row["config_hash"],
-        selectedBuilderAddress=_address(row["selected_builder_address"]),
-        createdAt=row["created_at"],
-        updatedAt=row["updated_at"],
-        milestoneCount=row["milestone_count"],
-        bidBondUSDC=_usdc(row["bid_bond_usdc"]),
-        challengePayoutUSDC=_usdc(row["challenge_payout_usdc"]),
-        challengeSubmissionCount=(row["challenge_submission_count"] or 0) if challenge else None,
-        challengeSubmissionWindowSeconds=row["challenge_submission_window_seconds"],
-        challengeOwnerResponseWindowSeconds=row["challenge_owner_response_window_seconds"],
-        challengeSubmissionDeadline=_unix(row["challenge_submission_deadline"]),
-        challengeOwnerResponseDeadline=_unix(row["challenge_owner_response_deadline"]),
-        disputePhase=row["dispute_phase"],
-        disputeReason=row["dispute_reason"],
-        disputeRaisedBy=_address(row["dispute_raised_by"]),
-        disputeMilestoneIndex=row["dispute_milestone_index"],
-        disputeOpenedAt=_unix(row["dispute_opened_at"]),
-        disputeVerdictSubmittedAt=_unix(row["dispute_verdict_submitted_at"]),
-        disputeOwnerEvidenceHash=row["dispute_owner_evidence_hash"],
-        disputeWorkerEvidenceHash=row["dispute_worker_evidence_hash"],
+        configHash=row.config_hash,
+        selectedBuilderAddress=_address(row.selected_builder_address),
+        createdAt=row.created_at,
+        updatedAt=row.updated_at,
+        milestoneCount=row.milestone_count,
+        bidBondUSDC=_usdc(row.bid_bond_usdc),
+        challengePayoutUSDC=_usdc(row.challenge_payout_usdc),
+        challengeSubmissionCount=(row.challenge_submission_count or 0) if challenge else None,
+        challengeSubmissionWindowSeconds=row.challenge_submission_window_seconds,
+        challengeOwnerResponseWindowSeconds=row.challenge_owner_response_window_seconds,
+        challengeSubmissionDeadline=_unix(row.challenge_submission_deadline),
+        challengeOwnerResponseDeadline=_unix(row.challenge_owner_response_deadline),
+        disputePhase=row.dispute_phase,
+        disputeReason=row.dispute_reason,
+        disputeRaisedBy=_address(row.dispute_raised_by),
+        disputeMilestoneIndex=row.dispute_milestone_index,
+        disputeOpenedAt=_unix(row.dispute_opened_at),
+        disputeVerdictSubmittedAt=_unix(row.dispute_verdict_submitted_at),
+        disputeOwnerEvidenceHash=row.dispute_owner_evidence_hash,
+        disputeWorkerEvidenceHash=row.dispute_worker_evidence_hash,
         milestonePolicies=policies,
-        milestones=[milestone_model(m, by_index.get(m[0])) for m in row["milestones"]],
+        milestones=[milestone_model(m, by_index.get(m[0])) for m in row.milestones],
     )
 
 
-def viewer_can_edit_metadata(row: Row) -> bool:
+def viewer_can_edit_metadata(row: ProjectReadRow) -> bool:
     """Detail reads by an authenticated caller: an active link to the owner wallet and a stored
     status of draft."""
-    return bool(row["viewer_is_owner"]) and row["status"] == "draft"
+    return bool(row.viewer_is_owner) and row.status == "draft"
 
 
 # --- listing cursor -------------------------------------------------------------------------------

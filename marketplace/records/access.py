@@ -13,8 +13,6 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import asyncpg
-
 from marketplace.records.errors import ProjectNotFound, WalletNotLinked
 from marketplace.storage.pool import Conn
 from marketplace.storage.repositories import projects as projects_repo
@@ -37,20 +35,20 @@ class ProjectParties:
     milestone_count: int
 
     @classmethod
-    def from_row(cls, row: asyncpg.Record) -> ProjectParties:
+    def from_row(cls, row: projects_repo.ProjectPartiesRow) -> ProjectParties:
         return cls(
-            address=row["project_address"],
-            owner=row["owner_address"],
-            status=row["status"],
-            mode=row["project_mode"],
-            bidding_access=row["bidding_access"],
-            worker=row["selected_builder_address"],
-            allowlist=frozenset(row["allowlist"] or ()),
-            challenge_submission_count=row["challenge_submission_count"],
-            dispute_phase=row["dispute_phase"],
-            dispute_milestone_index=row["dispute_milestone_index"],
-            dispute_opened_at=row["dispute_opened_at"],
-            milestone_count=row["milestone_count"],
+            address=row.project_address,
+            owner=row.owner_address,
+            status=row.status,
+            mode=row.project_mode,
+            bidding_access=row.bidding_access,
+            worker=row.selected_builder_address,
+            allowlist=frozenset(row.allowlist or ()),
+            challenge_submission_count=row.challenge_submission_count,
+            dispute_phase=row.dispute_phase,
+            dispute_milestone_index=row.dispute_milestone_index,
+            dispute_opened_at=row.dispute_opened_at,
+            milestone_count=row.milestone_count,
         )
 
     def role_of(self, wallet: str) -> str | None:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
-from typing import TypedDict
 
 import asyncpg
 
@@ -30,18 +28,8 @@ from marketplace.records.errors import (
 from marketplace.shards import ProjectCommand, ShardContext
 from marketplace.storage.repositories import bid_drafts as repo
 
-
-class StoredBidDraft(TypedDict):
-    """A bid draft as stored, in plain values (it crosses the Ray boundary)."""
-
-    draft_id: uuid.UUID
-    project_address: str
-    bidder_address: str
-    draft_hash: str
-    artifact_uri: str | None
-    notes: str | None
-    created_at: datetime
-    updated_at: datetime
+# A bid draft as stored, the shard command's result (it crosses the Ray boundary).
+StoredBidDraft = repo.BidDraftRow
 
 
 @dataclass(frozen=True)
@@ -84,21 +72,12 @@ class UpsertBidDraft(ProjectCommand):
                 notes=self.notes,
                 user_id=self.user_id,
             )
-        return StoredBidDraft(
-            draft_id=row["draft_id"],
-            project_address=row["project_address"],
-            bidder_address=row["bidder_address"],
-            draft_hash=row["draft_hash"],
-            artifact_uri=row["artifact_uri"],
-            notes=row["notes"],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-        )
+        return row
 
 
 async def list_bid_drafts(
     conn: asyncpg.Pool, user_id: uuid.UUID, project_address: str, bidder: str | None
-) -> list[asyncpg.Record]:
+) -> list[StoredBidDraft]:
     """Owner only: the caller needs an active link to the project's owner wallet."""
     wallets = await caller_wallets(conn, user_id)
     project = await visible_project(conn, project_address, wallets)

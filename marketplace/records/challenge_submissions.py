@@ -14,8 +14,6 @@ import asyncio
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
-from typing import TypedDict
 
 import asyncpg
 from eth_utils import to_checksum_address
@@ -64,17 +62,8 @@ async def onchain_submission_hash(ctx: ShardContext, project_address: str, submi
     return str(value).lower()
 
 
-class StoredChallengeSubmission(TypedDict):
-    """A submission registration as stored, in plain values (it crosses the Ray boundary)."""
-
-    submission_id: uuid.UUID
-    project_address: str
-    submitter_address: str
-    submission_hash: str
-    artifact_uri: str | None
-    notes: str | None
-    created_at: datetime
-    updated_at: datetime
+# A submission registration as stored, the shard command's result (it crosses the Ray boundary).
+StoredChallengeSubmission = repo.ChallengeSubmissionRow
 
 
 @dataclass(frozen=True)
@@ -102,7 +91,7 @@ class UpsertChallengeSubmission(ProjectCommand):
                     "projects take bid drafts"
                 )
             existing = await repo.get(conn, self.project_address, submitter)
-        if existing is None or existing["submission_hash"] != self.submission_hash:
+        if existing is None or existing.submission_hash != self.submission_hash:
             onchain = await onchain_submission_hash(ctx, self.project_address, submitter)
             if onchain != self.submission_hash:
                 detail = (
@@ -121,21 +110,12 @@ class UpsertChallengeSubmission(ProjectCommand):
                 notes=self.notes,
                 user_id=self.user_id,
             )
-        return StoredChallengeSubmission(
-            submission_id=row["submission_id"],
-            project_address=row["project_address"],
-            submitter_address=row["submitter_address"],
-            submission_hash=row["submission_hash"],
-            artifact_uri=row["artifact_uri"],
-            notes=row["notes"],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-        )
+        return row
 
 
 async def list_challenge_submissions(
     pool: asyncpg.Pool, user_id: uuid.UUID, project_address: str, submitter: str | None
-) -> tuple[int, list[asyncpg.Record]]:
+) -> tuple[int, list[StoredChallengeSubmission]]:
     """(onchainSubmissionCount, visible records). The owner sees every registration; anyone else
     only the registrations of their own linked wallets, and a caller with none is refused."""
     wallets = await caller_wallets(pool, user_id)
@@ -153,5 +133,5 @@ async def list_challenge_submissions(
     )
     if not own:
         raise NotChallengeParticipant()
-    rows = [row for row in own if submitter is None or row["submitter_address"] == submitter]
+    rows = [row for row in own if submitter is None or row.submitter_address == submitter]
     return count, rows

@@ -12,8 +12,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, TypedDict
 
 import asyncpg
 
@@ -27,19 +25,10 @@ from marketplace.records.errors import (
 )
 from marketplace.shards import ProjectCommand, ShardContext
 from marketplace.storage.repositories import dispute_evidence as repo
+from marketplace.types import JsonObject
 
-
-class StoredDisputeEvidence(TypedDict):
-    """Dispute evidence as stored, in plain values (it crosses the Ray boundary)."""
-
-    evidence_id: uuid.UUID
-    project_address: str
-    milestone_index: int
-    submitter_address: str
-    submitter_role: str
-    evidence_hash: str
-    evidence_payload: dict[str, Any] | None
-    created_at: datetime
+# Dispute evidence as stored, the shard command's result (it crosses the Ray boundary).
+StoredDisputeEvidence = repo.DisputeEvidenceRow
 
 
 @dataclass(frozen=True)
@@ -52,7 +41,7 @@ class SubmitDisputeEvidence(ProjectCommand):
 
     user_id: uuid.UUID
     evidence_hash: str
-    evidence_payload: dict[str, Any] | None
+    evidence_payload: JsonObject | None
     milestone_index: int | None = None
     submitter_address: str | None = None
 
@@ -105,16 +94,7 @@ class SubmitDisputeEvidence(ProjectCommand):
                 raise EvidenceAlreadySubmitted(
                     f"the {role} already submitted evidence for milestone {milestone}"
                 ) from None
-        return StoredDisputeEvidence(
-            evidence_id=row["evidence_id"],
-            project_address=row["project_address"],
-            milestone_index=row["milestone_index"],
-            submitter_address=row["submitter_address"],
-            submitter_role=row["submitter_role"],
-            evidence_hash=row["evidence_hash"],
-            evidence_payload=row["evidence_payload"],
-            created_at=row["created_at"],
-        )
+        return row
 
 
 async def list_dispute_evidence(
@@ -123,7 +103,7 @@ async def list_dispute_evidence(
     project_address: str,
     milestone_index: int | None,
     admin_wallets: Iterable[str],
-) -> list[asyncpg.Record]:
+) -> list[StoredDisputeEvidence]:
     wallets = await caller_wallets(pool, user_id)
     admins = frozenset(admin_wallets)
     project = await visible_project(pool, project_address, wallets, extra=admins)

@@ -11,7 +11,9 @@ from typing import Annotated, Any, Self
 
 from pydantic import AfterValidator, Discriminator, Field, RootModel, Tag
 
-from marketplace.storage.pool import Row
+from marketplace.storage.repositories.bid_drafts import BidDraftRow
+from marketplace.storage.repositories.challenge_submissions import ChallengeSubmissionRow
+from marketplace.storage.repositories.dispute_evidence import DisputeEvidenceRow
 from marketplace.types import (
     FREE_FORM_MAX_DEPTH,
     FREE_FORM_MAX_MEMBERS,
@@ -21,6 +23,7 @@ from marketplace.types import (
     Bytes32,
     FreeFormObject,
     HttpsOrIpfsUri,
+    JsonObject,
     LowerAddress,
     MilestoneIndex,
     QueryModel,
@@ -42,13 +45,13 @@ def _non_zero(value: str) -> str:
     return value
 
 
-def evidence_payload_size(payload: dict[str, Any]) -> int:
+def evidence_payload_size(payload: JsonObject) -> int:
     """Bytes of the payload's compact UTF-8 JSON serialization (the size section 8 limits)."""
     text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     return len(text.encode("utf-8"))
 
 
-def _payload_within_limit(payload: dict[str, Any]) -> dict[str, Any]:
+def _payload_within_limit(payload: JsonObject) -> JsonObject:
     try:
         size = evidence_payload_size(payload)
     except ValueError as exc:  # NaN / Infinity: not JSON
@@ -110,16 +113,16 @@ class BidDraftRecord(ResponseModel):
     updatedAt: datetime
 
     @classmethod
-    def from_row(cls, row: Row) -> Self:
+    def from_row(cls, row: BidDraftRow) -> Self:
         return cls(
-            id=row["draft_id"],
-            projectAddress=row["project_address"],
-            bidderWalletAddress=row["bidder_address"],
-            draftHash=row["draft_hash"],
-            artifactUri=row["artifact_uri"],
-            notes=row["notes"],
-            createdAt=row["created_at"],
-            updatedAt=row["updated_at"],
+            id=row.draft_id,
+            projectAddress=row.project_address,
+            bidderWalletAddress=row.bidder_address,
+            draftHash=row.draft_hash,
+            artifactUri=row.artifact_uri,
+            notes=row.notes,
+            createdAt=row.created_at,
+            updatedAt=row.updated_at,
         )
 
 
@@ -166,16 +169,16 @@ class ChallengeSubmissionRecord(ResponseModel):
     updatedAt: datetime
 
     @classmethod
-    def from_row(cls, row: Row) -> Self:
+    def from_row(cls, row: ChallengeSubmissionRow) -> Self:
         return cls(
-            id=row["submission_id"],
-            projectAddress=row["project_address"],
-            submitterAddress=row["submitter_address"],
-            submissionHash=row["submission_hash"],
-            artifactUri=row["artifact_uri"],
-            notes=row["notes"],
-            createdAt=row["created_at"],
-            updatedAt=row["updated_at"],
+            id=row.submission_id,
+            projectAddress=row.project_address,
+            submitterAddress=row.submitter_address,
+            submissionHash=row.submission_hash,
+            artifactUri=row.artifact_uri,
+            notes=row.notes,
+            createdAt=row.created_at,
+            updatedAt=row.updated_at,
         )
 
 
@@ -264,20 +267,20 @@ class DisputeEvidenceRecord(ResponseModel):
     submitterAddress: Address
     submitterRole: SubmitterRole
     evidenceHash: Bytes32
-    evidencePayload: dict[str, Any] | None = Field(default=None, exclude_if=_omit_none)
+    evidencePayload: JsonObject | None = Field(default=None, exclude_if=_omit_none)
     createdAt: datetime
 
     @classmethod
-    def from_row(cls, row: Row) -> Self:
+    def from_row(cls, row: DisputeEvidenceRow) -> Self:
         return cls(
-            id=row["evidence_id"],
-            projectAddress=row["project_address"],
-            milestoneIndex=row["milestone_index"],
-            submitterAddress=row["submitter_address"],
-            submitterRole=SubmitterRole(row["submitter_role"]),
-            evidenceHash=row["evidence_hash"],
-            evidencePayload=row["evidence_payload"],
-            createdAt=row["created_at"],
+            id=row.evidence_id,
+            projectAddress=row.project_address,
+            milestoneIndex=row.milestone_index,
+            submitterAddress=row.submitter_address,
+            submitterRole=SubmitterRole(row.submitter_role),
+            evidenceHash=row.evidence_hash,
+            evidencePayload=row.evidence_payload,
+            createdAt=row.created_at,
         )
 
 

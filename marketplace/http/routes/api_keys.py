@@ -147,11 +147,11 @@ async def get_api_key_audit(
     # Read-your-writes on this frontend: write what this process still holds first.
     await call.app[USAGE_RECORDER].flush()
     rows, next_cursor = await api_keys.usage_page(
-        call.pool, key["key_id"], limit=call.query.limit, cursor=call.query.cursor
+        call.pool, key.key_id, limit=call.query.limit, cursor=call.query.cursor
     )
     items = [ApiKeyUsageEntry.from_row(row) for row in rows]
     return ApiKeyAuditResponse(
-        keyId=key["key_id"], userId=user_id, items=items, count=len(items), nextCursor=next_cursor
+        keyId=key.key_id, userId=user_id, items=items, count=len(items), nextCursor=next_cursor
     )
 
 

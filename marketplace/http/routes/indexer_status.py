@@ -64,17 +64,17 @@ class IndexerStatusResponse(ResponseModel):
         lag_seconds = state.lag_seconds
         return cls(
             source=state.source,
-            indexedAt=cursor["last_synced_block_time"] if cursor else None,
+            indexedAt=cursor.last_synced_block_time if cursor else None,
             stale=state.stale,
             freshnessTargetMs=settings.indexer_lag_alert_seconds * 1000,
-            lastSuccessfulSyncAt=cursor["last_successful_sync_at"] if cursor else None,
+            lastSuccessfulSyncAt=cursor.last_successful_sync_at if cursor else None,
             staleReason=state.reason,
             failingSince=state.failing_since,
-            chainId=cursor["chain_id"] if cursor else settings.chain_id,
-            registryAddress=cursor["registry_address"] if cursor else None,
-            startBlock=cursor["start_block"] if cursor else None,
-            lastSyncedBlock=cursor["last_synced_block"] if cursor else None,
-            headBlock=cursor["head_block"] if cursor else None,
+            chainId=cursor.chain_id if cursor else settings.chain_id,
+            registryAddress=cursor.registry_address if cursor else None,
+            startBlock=cursor.start_block if cursor else None,
+            lastSyncedBlock=cursor.last_synced_block if cursor else None,
+            headBlock=cursor.head_block if cursor else None,
             lagBlocks=state.lag_blocks,
             lagSeconds=None
             if lag_seconds is None or lag_seconds == float("inf")

@@ -227,10 +227,10 @@ async def board_freshness(app: web.Application) -> IndexerFreshnessStatus:
     cursor = indexer.cursor
     freshness = IndexerFreshnessStatus(
         source=indexer.source,
-        indexedAt=cursor["last_synced_block_time"] if cursor is not None else None,
+        indexedAt=cursor.last_synced_block_time if cursor is not None else None,
         stale=indexer.stale or lag.stale(target),
         freshnessTargetMs=target,
-        lastSuccessfulSyncAt=cursor["last_successful_sync_at"] if cursor is not None else None,
+        lastSuccessfulSyncAt=cursor.last_successful_sync_at if cursor is not None else None,
     )
     cache.put(None, freshness, settings.leaderboard_freshness_cache_ms / 1000)
     return freshness

@@ -149,9 +149,9 @@ async def accept_document(call: Call[LegalAcceptRequest, None, None]) -> LegalAc
 
 
 async def legal_assent_guard(call: Call[object, object, object]) -> None:
-    """The ``legal_assent`` guard (see marketplace.capabilities): runs for every guarded mutation
-    after the verified-email check and before validation, so implied assent is recorded even if
-    the request then fails."""
+    """The ``legal_assent`` guard (see marketplace.http.capabilities): runs for every guarded
+    mutation after the verified-email check and before validation, so implied assent is recorded
+    even if the request then fails."""
     await legal.enforce(
         call.pool,
         call.app[LEGAL_CATALOG],

@@ -11,8 +11,8 @@ nothing other users read.
 
 from __future__ import annotations
 
+import functools
 import uuid
-from typing import Any
 
 from aiohttp import web
 
@@ -66,10 +66,6 @@ from marketplace.records.errors import NotProjectParty, ProjectNotFound, WalletN
 routes = RouteTable(tag="messaging")
 
 
-def _offending(call: Call[Any, Any, Any], body: str) -> bool:
-    return call.app[keys.TERM_FILTER].match(body) is not None
-
-
 # --- project chat ---------------------------------------------------------------------------
 
 
@@ -114,12 +110,17 @@ async def post_chat_message(
             ],
         )
     project = call.path.projectAddress
-    if _offending(call, body.body):
-        # Only a send the rules accept may count as an offense, so an offending body is checked
-        # against them first; a clean one goes straight to the shard, which checks the same
-        # rules as the project's single writer.
-        await chat.authorize_send(call.pool, principal.user_id, project, body.senderWalletAddress)
-        await screen_message(call.app, principal.user_id, body.body, "project_chat")
+    # An offending body is checked against the send rules before it counts as an offense; a
+    # clean one goes straight to the shard, which checks them as the project's single writer.
+    await screen_message(
+        call.app,
+        principal.user_id,
+        body.body,
+        "project_chat",
+        authorize=functools.partial(
+            chat.authorize_send, call.pool, principal.user_id, project, body.senderWalletAddress
+        ),
+    )
     command = chat.PostChatMessage(
         project_address=project,
         message_id=uuid.uuid4(),
@@ -188,10 +189,14 @@ async def send_direct_message(
     either direction) join it."""
     principal = call.require_principal()
     sender, recipient, text = principal.user_id, call.body.recipientUserId, call.body.body
-    if _offending(call, text):
-        # As for chat: the rules first, so a refused send is never counted as an offense.
-        await direct.authorize_send(call.pool, sender, recipient)
-        await screen_message(call.app, sender, text, "direct")
+    # As for chat: the rules first, so a refused send is never counted as an offense.
+    await screen_message(
+        call.app,
+        sender,
+        text,
+        "direct",
+        authorize=functools.partial(direct.authorize_send, call.pool, sender, recipient),
+    )
     row = await direct.send(call.pool, sender, recipient, text)
     return DirectMessageRecord.from_row(row)
 

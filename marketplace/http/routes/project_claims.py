@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, NotRequired, Self, TypedDict, cast
 
 from pydantic import AfterValidator, ConfigDict, Discriminator, Field, RootModel, Tag
 
@@ -41,11 +41,12 @@ from marketplace.projects.models import (
 )
 from marketplace.projects.read_models import project_for_viewer
 from marketplace.records.errors import ProjectNotFound
-from marketplace.storage.pool import Row
+from marketplace.storage.repositories.claims import CancelledIntentRow, NewIntentRow
 from marketplace.types import (
     Address,
     Bytes32,
     HttpsOrIpfsUri,
+    JsonObject,
     RequestModel,
     ResponseModel,
 )
@@ -66,11 +67,11 @@ class ProjectCreateIntentResponse(ResponseModel):
     version: Literal["project_create_intent_v1"]
 
     @classmethod
-    def from_row(cls, row: Row) -> Self:
+    def from_row(cls, row: NewIntentRow) -> Self:
         return cls(
-            intentId=row["intent_id"],
-            intentNonce=row["intent_nonce"],
-            expiresAt=row["expires_at"],
+            intentId=row.intent_id,
+            intentNonce=row.intent_nonce,
+            expiresAt=row.expires_at,
             version=INTENT_VERSION,
         )
 
@@ -109,7 +110,26 @@ class ProjectClaimMetadata(RequestModel):
 # The worked example of the hash rules, shown as the claim's request examples. docs/hashes.md
 # gives the same inputs and hashes; a test keeps the two in step.
 EXAMPLE_USER_ID = "3fa85f64-5717-4562-b3fc-2c963f66afa6"
-EXAMPLE_INTENT_CLAIM: dict[str, Any] = {
+
+
+class _ExampleMetadata(TypedDict):
+    title: str
+    description: NotRequired[str]
+    repoUrl: NotRequired[str]
+    projectMode: str
+    biddingAccess: str
+
+
+class _ExampleClaim(TypedDict):
+    mode: str
+    hashVersion: str
+    intentId: NotRequired[str]  # intent claims only
+    intentNonce: NotRequired[str]  # intent claims only
+    txHash: str
+    metadata: _ExampleMetadata
+
+
+EXAMPLE_INTENT_CLAIM: _ExampleClaim = {
     "mode": "intent",
     "hashVersion": "v1_intent",
     "intentId": "7c9e6679-7425-40de-944b-e07fc1f90ae7",
@@ -123,7 +143,7 @@ EXAMPLE_INTENT_CLAIM: dict[str, Any] = {
         "biddingAccess": "open",
     },
 }
-EXAMPLE_DIRECT_CLAIM: dict[str, Any] = {
+EXAMPLE_DIRECT_CLAIM: _ExampleClaim = {
     "mode": "direct",
     "hashVersion": "v1_direct",
     "txHash": "0x4e5d6c7b8a9f0e1d2c3b4a5f6e7d8c9b0a1f2e3d4c5b6a7f8e9d0c1b2a3f4e5d",
@@ -139,7 +159,7 @@ def policy_pairs(policies: list[MilestonePolicy] | None) -> tuple[tuple[int, str
     return tuple((p.milestoneIndex, p.checkPolicyId.value) for p in policies or [])
 
 
-def _metadata_args(example: dict[str, Any]) -> tuple[str, str | None, str | None, str, str]:
+def _metadata_args(example: _ExampleClaim) -> tuple[str, str | None, str | None, str, str]:
     meta = example["metadata"]
     return (
         meta["title"],
@@ -170,7 +190,9 @@ EXAMPLE_HASHES = {
 class IntentClaimRequest(RequestModel):
     """Intent mode: session callers, with the create intent the project was created with."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [EXAMPLE_INTENT_CLAIM]})
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [cast(JsonObject, EXAMPLE_INTENT_CLAIM)]}
+    )
     mode: Literal["intent"]
     hashVersion: Literal["v1_intent"]
     intentId: uuid.UUID
@@ -182,7 +204,9 @@ class IntentClaimRequest(RequestModel):
 class DirectClaimRequest(RequestModel):
     """Direct mode: agent-key callers."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [EXAMPLE_DIRECT_CLAIM]})
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [cast(JsonObject, EXAMPLE_DIRECT_CLAIM)]}
+    )
     mode: Literal["direct"]
     hashVersion: Literal["v1_direct"]
     txHash: Bytes32
@@ -252,8 +276,8 @@ class ProjectCreateIntentCancelResponse(ResponseModel):
     cancelledAt: datetime
 
     @classmethod
-    def from_row(cls, row: Row) -> Self:
-        return cls(intentId=row["intent_id"], status="cancelled", cancelledAt=row["cancelled_at"])
+    def from_row(cls, row: CancelledIntentRow) -> Self:
+        return cls(intentId=row.intent_id, status="cancelled", cancelledAt=row.cancelled_at)
 
 
 @routes.post(

@@ -124,7 +124,7 @@ async def list_projects(call: Call[None, ProjectListQuery, None]) -> ProjectList
         page.rows,
         query.limit,
         PROJECT_LIST_CURSOR,
-        lambda row: (row["created_block"], row["created_log_index"]),
+        lambda row: (row.created_block, row.created_log_index),
     )
     items = [project_model(row, now) for row in rows]
     if viewer is None and query.effectiveStatus is None:

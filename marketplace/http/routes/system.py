@@ -25,7 +25,7 @@ from swagger_ui_bundle import swagger_ui_path
 from marketplace import __version__
 from marketplace.config.settings import parse_networks
 from marketplace.errors import Forbidden, MarketplaceError, NotFound, ServiceUnavailable
-from marketplace.http import keys
+from marketplace.http import keys, openapi
 from marketplace.http.openapi import build_openapi, error_code_table, implementation_status
 from marketplace.http.routes.indexer_status import chain_configured, current_freshness
 from marketplace.http.routing import ROUTES, AuthMode, Call, Route, RouteTable
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 routes = RouteTable(tag="system")
 
 API_TITLE = "Project Marketplace API"
-_OPENAPI_DOCUMENT: web.AppKey[dict[str, Any]] = web.AppKey("openapi_document", dict)
+_OPENAPI_DOCUMENT: web.AppKey[openapi.OpenApiDocument] = web.AppKey("openapi_document")
 _METRICS_ALLOW: web.AppKey[list[Any]] = web.AppKey("metrics_allow", list)
 
 
@@ -77,7 +77,7 @@ class ReadinessStatus(ResponseModel):
 class NotReady(ServiceUnavailable):
     """503 naming the dependencies that did not answer (by role, never by address)."""
 
-    def __init__(self, checks: dict[str, Any]) -> None:
+    def __init__(self, checks: dict[str, str]) -> None:
         failing = ", ".join(f"{name} {value}" for name, value in checks.items() if value != "ok")
         super().__init__(f"not ready: {failing}")
         self.extra["checks"] = checks
@@ -146,7 +146,7 @@ async def check_dependencies(app: web.Application) -> ReadinessStatus | NotReady
         _answered(app[keys.REDIS].ping(), limit),
         _answered(ping_shards(), limit),
     )
-    checks: dict[str, Any] = {
+    checks: dict[str, str] = {
         "postgres": postgres,
         "redis": "ok" if redis_ok else "unavailable",
         "projectShards": "ok" if shards_ok else "unavailable",
@@ -279,7 +279,7 @@ def setup(app: web.Application) -> None:
 
 
 @functools.lru_cache(maxsize=8)
-def _document_for(routes: tuple[Route, ...]) -> dict[str, Any]:
+def _document_for(routes: tuple[Route, ...]) -> openapi.OpenApiDocument:
     # Building the document is most of an app's start-up CPU (~0.1 s: pydantic's JSON schema
     # generation); apps of one process with the same routes share it. Never mutated.
     return build_openapi(list(routes), title=API_TITLE, description=api_description(list(routes)))

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from decimal import Decimal
+from typing import NamedTuple
 
-import asyncpg
-
-from marketplace.storage.pool import Conn
+from marketplace.storage import rows
+from marketplace.storage.pool import Conn, fetch_one
 from marketplace.storage.repositories.projects import VISIBLE_TO_VIEWER
 
 SELECT_USER = """
@@ -98,27 +99,61 @@ ORDER BY c.sort_order, s.category, rank
 """
 
 
-async def user(conn: Conn, user_id: uuid.UUID) -> asyncpg.Record | None:
-    return await conn.fetchrow(SELECT_USER, user_id)
+class AgentUserRow(NamedTuple):
+    user_id: uuid.UUID
+    username: str | None
+    wallets: list[str]  # active, lower-case, sorted
 
 
-async def wallet(conn: Conn, address: str) -> asyncpg.Record:
-    row = await conn.fetchrow(SELECT_WALLET, address.lower())
-    assert row is not None  # one row always
-    return row
+class WalletRow(NamedTuple):
+    user_id: uuid.UUID | None  # the wallet's active holder
+    known: bool  # ever linked, or a party of an indexed project
+
+
+class AgentProjectRow(NamedTuple):
+    project_address: str
+    title: str | None
+    status: str
+    role: str  # owner | worker
+    completed: int
+    payout: Decimal
+
+
+class AgentStatsRow(NamedTuple):
+    projects: int
+    completed: int
+    payout: Decimal
+    disputes: int
+    disputes_lost: int
+
+
+class RankingRow(NamedTuple):
+    category: str
+    wallet_address: str
+    completed_milestones: int
+    total_payout_usdc: Decimal
+    rank: int
+    sort_order: int
+
+
+async def user(conn: Conn, user_id: uuid.UUID) -> AgentUserRow | None:
+    return rows.maybe(AgentUserRow, await conn.fetchrow(SELECT_USER, user_id))
+
+
+async def wallet(conn: Conn, address: str) -> WalletRow:
+    return rows.one(WalletRow, await fetch_one(conn, SELECT_WALLET, address.lower()))
 
 
 async def projects(
     conn: Conn, wallets: Sequence[str], viewer_wallets: Sequence[str], limit: int
-) -> list[asyncpg.Record]:
-    return await conn.fetch(SELECT_PROJECTS, list(wallets), list(viewer_wallets), limit)
+) -> list[AgentProjectRow]:
+    records = await conn.fetch(SELECT_PROJECTS, list(wallets), list(viewer_wallets), limit)
+    return rows.many(AgentProjectRow, records)
 
 
-async def stats(conn: Conn, wallets: Sequence[str]) -> asyncpg.Record:
-    row = await conn.fetchrow(SELECT_STATS, list(wallets))
-    assert row is not None
-    return row
+async def stats(conn: Conn, wallets: Sequence[str]) -> AgentStatsRow:
+    return rows.one(AgentStatsRow, await fetch_one(conn, SELECT_STATS, list(wallets)))
 
 
-async def rankings(conn: Conn, wallets: Sequence[str]) -> list[asyncpg.Record]:
-    return await conn.fetch(SELECT_RANKINGS, list(wallets))
+async def rankings(conn: Conn, wallets: Sequence[str]) -> list[RankingRow]:
+    return rows.many(RankingRow, await conn.fetch(SELECT_RANKINGS, list(wallets)))

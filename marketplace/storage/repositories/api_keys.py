@@ -5,9 +5,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
+from typing import NamedTuple
 
 import asyncpg
 
+from marketplace.storage import rows
 from marketplace.storage.pool import Conn, Connection, fetch_one
 
 _KEY_COLUMNS = (
@@ -94,8 +96,35 @@ LIMIT $4
 UsageRow = tuple[uuid.UUID, datetime, str, str, int, str | None]
 
 
-async def resolve_secret_hash(conn: Conn, secret_hash: bytes) -> asyncpg.Record | None:
-    return await conn.fetchrow(RESOLVE_SECRET, secret_hash)
+class ResolvedKeyRow(NamedTuple):
+    key_id: uuid.UUID
+    user_id: uuid.UUID
+    email_verified: bool
+
+
+class ApiKeyRow(NamedTuple):
+    key_id: uuid.UUID
+    user_id: uuid.UUID
+    name: str
+    key_prefix: str
+    key_last4: str
+    created_at: datetime
+    rotated_at: datetime | None
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+class UsageEntryRow(NamedTuple):
+    usage_id: int
+    occurred_at: datetime
+    method: str
+    route: str
+    status: int
+    client_address: str | None
+
+
+async def resolve_secret_hash(conn: Conn, secret_hash: bytes) -> ResolvedKeyRow | None:
+    return rows.maybe(ResolvedKeyRow, await conn.fetchrow(RESOLVE_SECRET, secret_hash))
 
 
 async def create_key(
@@ -108,34 +137,34 @@ async def create_key(
     key_last4: str,
     secret_hash: bytes,
     max_active: int,
-) -> asyncpg.Record | None:
+) -> ApiKeyRow | None:
     """Insert a key and its secret hash; None when the user already has ``max_active`` keys."""
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(LOCK_USER_KEYS, user_id)
         if await conn.fetchval(COUNT_ACTIVE_KEYS, user_id) >= max_active:
             return None
-        row = await conn.fetchrow(INSERT_KEY, key_id, user_id, name, key_prefix, key_last4)
+        row = await fetch_one(conn, INSERT_KEY, key_id, user_id, name, key_prefix, key_last4)
         await conn.execute(INSERT_SECRET, secret_hash, key_id)
-    return row
+    return rows.one(ApiKeyRow, row)
 
 
-async def get_key(conn: Conn, key_id: uuid.UUID) -> asyncpg.Record | None:
-    return await conn.fetchrow(SELECT_KEY, key_id)
+async def get_key(conn: Conn, key_id: uuid.UUID) -> ApiKeyRow | None:
+    return rows.maybe(ApiKeyRow, await conn.fetchrow(SELECT_KEY, key_id))
 
 
 async def revoked_among(conn: Conn, key_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
     """Which of ``key_ids`` are revoked (a deleted key counts as revoked)."""
     if not key_ids:
         return set()
-    return {row["key_id"] for row in await conn.fetch(SELECT_REVOKED_AMONG, list(key_ids))}
+    return {key_id for (key_id,) in await conn.fetch(SELECT_REVOKED_AMONG, list(key_ids))}
 
 
-async def list_keys(conn: Conn, user_id: uuid.UUID) -> list[asyncpg.Record]:
-    return await conn.fetch(SELECT_KEYS_OF_USER, user_id)
+async def list_keys(conn: Conn, user_id: uuid.UUID) -> list[ApiKeyRow]:
+    return rows.many(ApiKeyRow, await conn.fetch(SELECT_KEYS_OF_USER, user_id))
 
 
-async def lock_key(conn: Connection, key_id: uuid.UUID) -> asyncpg.Record | None:
-    return await conn.fetchrow(SELECT_KEY_FOR_UPDATE, key_id)
+async def lock_key(conn: Connection, key_id: uuid.UUID) -> ApiKeyRow | None:
+    return rows.maybe(ApiKeyRow, await conn.fetchrow(SELECT_KEY_FOR_UPDATE, key_id))
 
 
 async def rotate_secret(
@@ -146,7 +175,7 @@ async def rotate_secret(
     secret_hash: bytes,
     key_prefix: str,
     key_last4: str,
-) -> tuple[asyncpg.Record, datetime]:
+) -> tuple[ApiKeyRow, datetime]:
     """Within the caller's transaction (after :func:`lock_key`): swap in a new secret.
 
     Returns the key row and the instant until which the previous secrets stay valid (the
@@ -157,11 +186,11 @@ async def rotate_secret(
     await conn.execute(EXPIRE_SECRETS, key_id, valid_until)
     await conn.execute(INSERT_SECRET, secret_hash, key_id)
     row = await fetch_one(conn, MARK_ROTATED, key_id, key_prefix, key_last4)
-    return row, valid_until
+    return rows.one(ApiKeyRow, row), valid_until
 
 
-async def revoke_key(conn: Conn, key_id: uuid.UUID) -> asyncpg.Record | None:
-    return await conn.fetchrow(REVOKE_KEY, key_id)
+async def revoke_key(conn: Conn, key_id: uuid.UUID) -> ApiKeyRow | None:
+    return rows.maybe(ApiKeyRow, await conn.fetchrow(REVOKE_KEY, key_id))
 
 
 async def insert_usage_batch(pool: asyncpg.Pool, rows: Sequence[UsageRow]) -> None:
@@ -177,6 +206,7 @@ async def usage_page(
     *,
     before: tuple[datetime, int] | None,
     limit: int,
-) -> list[asyncpg.Record]:
+) -> list[UsageEntryRow]:
     before_time, before_id = before if before is not None else (None, None)
-    return await conn.fetch(SELECT_USAGE_PAGE, key_id, before_time, before_id, limit)
+    records = await conn.fetch(SELECT_USAGE_PAGE, key_id, before_time, before_id, limit)
+    return rows.many(UsageEntryRow, records)

@@ -3,23 +3,47 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
+from typing import NamedTuple
 
-import asyncpg
-
-from marketplace.events.types import EventType
+from marketplace.events.types import BidDraftCreatedPayload, BidDraftPayload, BidDraftUpdatedPayload
+from marketplace.storage import rows
 from marketplace.storage.pool import Conn, Connection
 from marketplace.storage.repositories import party_records
 
+
+class BidDraftRow(NamedTuple):
+    """A bid draft as stored (it also crosses the Ray boundary, as a shard command's result)."""
+
+    draft_id: uuid.UUID
+    project_address: str
+    bidder_address: str
+    draft_hash: str
+    artifact_uri: str | None
+    notes: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+def event_payload(write: party_records.PartyRecordWrite) -> BidDraftPayload:
+    """``bid_draft.created`` or ``bid_draft.updated``."""
+    model = BidDraftCreatedPayload if write.created else BidDraftUpdatedPayload
+    return model(
+        draftId=write.record_id,
+        projectAddress=write.project_address,
+        bidderAddress=write.party_address,
+        draftHash=write.record_hash,
+        userId=write.user_id,
+    )
+
+
 TABLE = party_records.PartyRecordTable(
+    row=BidDraftRow,
     table="bid_drafts",
     id_column="draft_id",
     party_column="bidder_address",
     hash_column="draft_hash",
-    created_event=EventType.BID_DRAFT_CREATED,
-    updated_event=EventType.BID_DRAFT_UPDATED,
-    id_field="draftId",
-    party_field="bidderAddress",
-    hash_field="draftHash",
+    event_payload=event_payload,
 )
 SELECT_FOR_PROJECT = f"""
 SELECT {TABLE.columns} FROM bid_drafts
@@ -37,7 +61,7 @@ async def upsert(
     artifact_uri: str | None,
     notes: str | None,
     user_id: uuid.UUID,
-) -> asyncpg.Record:
+) -> BidDraftRow:
     """Insert or replace the draft (see :func:`party_records.upsert`): ``bid_draft.created`` or
     ``bid_draft.updated``."""
     return await party_records.upsert(
@@ -54,5 +78,7 @@ async def upsert(
 
 async def list_for_project(
     conn: Conn, project_address: str, bidder_address: str | None
-) -> list[asyncpg.Record]:
-    return await conn.fetch(SELECT_FOR_PROJECT, project_address, bidder_address)
+) -> list[BidDraftRow]:
+    return rows.many(
+        BidDraftRow, await conn.fetch(SELECT_FOR_PROJECT, project_address, bidder_address)
+    )

@@ -3,23 +3,53 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
+from typing import NamedTuple
 
-import asyncpg
-
-from marketplace.events.types import EventType
+from marketplace.events.types import (
+    ChallengeSubmissionCreatedPayload,
+    ChallengeSubmissionPayload,
+    ChallengeSubmissionUpdatedPayload,
+)
+from marketplace.storage import rows
 from marketplace.storage.pool import Conn, Connection
 from marketplace.storage.repositories import party_records
 
+
+class ChallengeSubmissionRow(NamedTuple):
+    """A submission registration as stored (it also crosses the Ray boundary)."""
+
+    submission_id: uuid.UUID
+    project_address: str
+    submitter_address: str
+    submission_hash: str
+    artifact_uri: str | None
+    notes: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+def event_payload(write: party_records.PartyRecordWrite) -> ChallengeSubmissionPayload:
+    """``challenge_submission.created`` or ``challenge_submission.updated``."""
+    model = (
+        ChallengeSubmissionCreatedPayload if write.created else ChallengeSubmissionUpdatedPayload
+    )
+    return model(
+        submissionId=write.record_id,
+        projectAddress=write.project_address,
+        submitterAddress=write.party_address,
+        submissionHash=write.record_hash,
+        userId=write.user_id,
+    )
+
+
 TABLE = party_records.PartyRecordTable(
+    row=ChallengeSubmissionRow,
     table="challenge_submissions",
     id_column="submission_id",
     party_column="submitter_address",
     hash_column="submission_hash",
-    created_event=EventType.CHALLENGE_SUBMISSION_CREATED,
-    updated_event=EventType.CHALLENGE_SUBMISSION_UPDATED,
-    id_field="submissionId",
-    party_field="submitterAddress",
-    hash_field="submissionHash",
+    event_payload=event_payload,
 )
 # $2: only these submitters (NULL: all); $3: optional single-submitter filter.
 SELECT_FOR_PROJECT = f"""
@@ -31,8 +61,11 @@ ORDER BY created_at, submission_id
 """
 
 
-async def get(conn: Conn, project_address: str, submitter_address: str) -> asyncpg.Record | None:
-    return await conn.fetchrow(TABLE.select_one_sql, project_address, submitter_address)
+async def get(
+    conn: Conn, project_address: str, submitter_address: str
+) -> ChallengeSubmissionRow | None:
+    record = await conn.fetchrow(TABLE.select_one_sql, project_address, submitter_address)
+    return rows.maybe(ChallengeSubmissionRow, record)
 
 
 async def upsert(
@@ -44,7 +77,7 @@ async def upsert(
     artifact_uri: str | None,
     notes: str | None,
     user_id: uuid.UUID,
-) -> asyncpg.Record:
+) -> ChallengeSubmissionRow:
     """Insert or replace the registration (see :func:`party_records.upsert`):
     ``challenge_submission.created`` or ``challenge_submission.updated``."""
     return await party_records.upsert(
@@ -65,7 +98,8 @@ async def list_for_project(
     *,
     visible_submitters: list[str] | None,
     submitter_address: str | None,
-) -> list[asyncpg.Record]:
-    return await conn.fetch(
+) -> list[ChallengeSubmissionRow]:
+    records = await conn.fetch(
         SELECT_FOR_PROJECT, project_address, visible_submitters, submitter_address
     )
+    return rows.many(ChallengeSubmissionRow, records)

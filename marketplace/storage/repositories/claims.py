@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import NamedTuple, TypedDict
 
-import asyncpg
+from pydantic import JsonValue
 
-from marketplace.events.types import EventType, NewEvent
+from marketplace.events.types import (
+    NewEvent,
+    ProjectClaimedPayload,
+    ProjectMetadataUpdatedPayload,
+)
+from marketplace.storage import rows
 from marketplace.storage.pool import Conn, Connection, fetch_one
 from marketplace.storage.repositories import events
 
@@ -68,101 +74,204 @@ SELECT project_address FROM projects WHERE config_hash = $1 AND project_address 
 """
 
 
+class StoredMilestonePolicy(TypedDict):
+    """One element of ``project_metadata.milestone_policies`` (JSON, ordered by index)."""
+
+    milestoneIndex: int
+    checkPolicyId: str
+
+
+@dataclass(frozen=True)
+class NewMetadata:
+    """The claimed metadata :func:`insert_metadata` binds to a project."""
+
+    project_address: str
+    owner_address: str
+    title: str
+    description: str | None
+    repo_url: str | None
+    image_url: str | None
+    project_mode: str
+    bidding_access: str
+    claimed_by: uuid.UUID
+    claim_mode: str
+    hash_version: str
+    intent_id: uuid.UUID | None
+    tx_hash: str
+    config_hash: str
+    milestone_policies: list[StoredMilestonePolicy]
+
+
+@dataclass(frozen=True)
+class MetadataChanges:
+    """The optional fields a metadata edit sent (PATCH semantics: a field not sent keeps its
+    value; a sent None clears it)."""
+
+    description: str | None = None
+    description_sent: bool = False
+    image_url: str | None = None
+    image_url_sent: bool = False
+    milestone_policies: list[StoredMilestonePolicy] | None = None  # None: not sent
+
+
+class NewIntentRow(NamedTuple):
+    intent_id: uuid.UUID
+    user_id: uuid.UUID
+    intent_nonce: str
+    status: str
+    created_at: datetime
+    expires_at: datetime
+
+
+class IntentRow(NamedTuple):
+    intent_id: uuid.UUID
+    user_id: uuid.UUID
+    intent_nonce: str
+    status: str
+    created_at: datetime
+    expires_at: datetime
+    used_at: datetime | None
+    project_address: str | None
+
+
+class IntentStateRow(NamedTuple):
+    intent_id: uuid.UUID
+    status: str
+    cancelled_at: datetime | None
+
+
+class CancelledIntentRow(NamedTuple):
+    intent_id: uuid.UUID
+    status: str
+    cancelled_at: datetime
+
+
+class MetadataRow(NamedTuple):
+    project_address: str
+    owner_address: str
+    title: str
+    description: str | None
+    repo_url: str | None
+    image_url: str | None
+    project_mode: str
+    bidding_access: str
+    claimed_by: uuid.UUID
+    claimed_at: datetime
+    updated_at: datetime
+    claim_mode: str
+    hash_version: str
+    intent_id: uuid.UUID | None
+    tx_hash: str
+    config_hash: str
+    milestone_policies: list[StoredMilestonePolicy]
+
+
+class IndexedProjectRow(NamedTuple):
+    project_address: str
+    owner_address: str
+    status: str
+    project_mode: str
+    bidding_access: str
+    config_hash: str
+
+
 async def insert_intent(
     conn: Conn, intent_id: uuid.UUID, user_id: uuid.UUID, nonce: str, expires_at: datetime
-) -> asyncpg.Record:
-    return await fetch_one(conn, INSERT_INTENT, intent_id, user_id, nonce, expires_at)
+) -> NewIntentRow:
+    record = await fetch_one(conn, INSERT_INTENT, intent_id, user_id, nonce, expires_at)
+    return rows.one(NewIntentRow, record)
 
 
-async def intent_for_update(conn: Connection, intent_id: uuid.UUID) -> asyncpg.Record | None:
-    return await conn.fetchrow(SELECT_INTENT_FOR_UPDATE, intent_id)
+async def intent_for_update(conn: Connection, intent_id: uuid.UUID) -> IntentRow | None:
+    return rows.maybe(IntentRow, await conn.fetchrow(SELECT_INTENT_FOR_UPDATE, intent_id))
 
 
 async def use_intent(conn: Connection, intent_id: uuid.UUID, project: str) -> bool:
     return await conn.execute(USE_INTENT, intent_id, project) == "UPDATE 1"
 
 
-async def metadata(conn: Conn, project: str) -> asyncpg.Record | None:
-    return await conn.fetchrow(SELECT_METADATA, project)
+async def metadata(conn: Conn, project: str) -> MetadataRow | None:
+    return rows.maybe(MetadataRow, await conn.fetchrow(SELECT_METADATA, project))
 
 
-async def insert_metadata(conn: Connection, **values: Any) -> None:
+async def insert_metadata(conn: Connection, values: NewMetadata) -> None:
     """Bind the claimed metadata and record ``project.claimed``: the caller's transaction must
     end right after this call (the event is its last statement)."""
     await conn.execute(
         INSERT_METADATA,
-        values["project_address"],
-        values["owner_address"],
-        values["title"],
-        values["description"],
-        values["repo_url"],
-        values["image_url"],
-        values["project_mode"],
-        values["bidding_access"],
-        values["claimed_by"],
-        values["claim_mode"],
-        values["hash_version"],
-        values["intent_id"],
-        values["tx_hash"],
-        values["config_hash"],
-        values.get("milestone_policies") or [],
+        values.project_address,
+        values.owner_address,
+        values.title,
+        values.description,
+        values.repo_url,
+        values.image_url,
+        values.project_mode,
+        values.bidding_access,
+        values.claimed_by,
+        values.claim_mode,
+        values.hash_version,
+        values.intent_id,
+        values.tx_hash,
+        values.config_hash,
+        values.milestone_policies,
     )
-    payload = {
-        "ownerAddress": values["owner_address"],
-        "userId": str(values["claimed_by"]),
-        "claimMode": values["claim_mode"],
-        "configHash": values["config_hash"],
-        "txHash": values["tx_hash"],
-    }
-    await events.append(
-        conn, [NewEvent(EventType.PROJECT_CLAIMED, values["project_address"], payload)]
+    payload = ProjectClaimedPayload(
+        ownerAddress=values.owner_address,
+        userId=str(values.claimed_by),
+        claimMode=values.claim_mode,
+        configHash=values.config_hash,
+        txHash=values.tx_hash,
     )
+    await events.append(conn, [NewEvent(values.project_address, payload)])
 
 
 async def update_metadata(
     conn: Connection,
     project: str,
     title: str,
-    changes: dict[str, Any],
+    changes: MetadataChanges,
     user_id: uuid.UUID,
 ) -> None:
-    """``changes`` holds only the optional fields the client sent: description, image_url,
-    milestone_policies (a list of ``{"milestoneIndex", "checkPolicyId"}``).
+    """Set the title and the optional fields the client sent (``changes``).
     Records ``project.metadata_updated`` as the last statement of the caller's transaction."""
     await conn.execute(
         UPDATE_METADATA,
         project,
         title,
-        "description" in changes,
-        changes.get("description"),
-        "image_url" in changes,
-        changes.get("image_url"),
-        "milestone_policies" in changes,
-        changes.get("milestone_policies") or [],
+        changes.description_sent,
+        changes.description,
+        changes.image_url_sent,
+        changes.image_url,
+        changes.milestone_policies is not None,
+        changes.milestone_policies or [],
     )
-    fields: dict[str, Any] = {"title": title}
-    if "description" in changes:
-        fields["description"] = changes["description"]
-    if "image_url" in changes:
-        fields["imageUrl"] = changes["image_url"]
-    if "milestone_policies" in changes:
-        fields["milestonePolicies"] = changes["milestone_policies"] or []
-    payload = {"userId": str(user_id), "changes": fields}
-    await events.append(conn, [NewEvent(EventType.PROJECT_METADATA_UPDATED, project, payload)])
+    # The edited fields by their read-API names: title always, the optional ones when sent.
+    sent: dict[str, JsonValue] = {"title": title}
+    if changes.description_sent:
+        sent["description"] = changes.description
+    if changes.image_url_sent:
+        sent["imageUrl"] = changes.image_url
+    if changes.milestone_policies is not None:
+        sent["milestonePolicies"] = [
+            {"milestoneIndex": p["milestoneIndex"], "checkPolicyId": p["checkPolicyId"]}
+            for p in changes.milestone_policies
+        ]
+    payload = ProjectMetadataUpdatedPayload(userId=str(user_id), changes=sent)
+    await events.append(conn, [NewEvent(project, payload)])
 
 
 async def cancel_intent(
     conn: Conn, intent_id: uuid.UUID, user_id: uuid.UUID
-) -> asyncpg.Record | None:
-    return await conn.fetchrow(CANCEL_INTENT, intent_id, user_id)
+) -> CancelledIntentRow | None:
+    return rows.maybe(CancelledIntentRow, await conn.fetchrow(CANCEL_INTENT, intent_id, user_id))
 
 
-async def own_intent(conn: Conn, intent_id: uuid.UUID, user_id: uuid.UUID) -> asyncpg.Record | None:
-    return await conn.fetchrow(SELECT_OWN_INTENT, intent_id, user_id)
+async def own_intent(conn: Conn, intent_id: uuid.UUID, user_id: uuid.UUID) -> IntentStateRow | None:
+    return rows.maybe(IntentStateRow, await conn.fetchrow(SELECT_OWN_INTENT, intent_id, user_id))
 
 
-async def indexed_project(conn: Conn, project: str) -> asyncpg.Record | None:
-    return await conn.fetchrow(SELECT_INDEXED, project)
+async def indexed_project(conn: Conn, project: str) -> IndexedProjectRow | None:
+    return rows.maybe(IndexedProjectRow, await conn.fetchrow(SELECT_INDEXED, project))
 
 
 async def other_project_with_config(conn: Conn, config_hash: str, project: str) -> str | None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from datetime import datetime
+from typing import NamedTuple
 
-import asyncpg
-
-from marketplace.events.types import EventType, NewEvent
-from marketplace.storage.pool import Conn, Connection
+from marketplace.events.types import DisputeEvidenceSubmittedPayload, NewEvent
+from marketplace.storage import rows
+from marketplace.storage.pool import Conn, Connection, fetch_one
 from marketplace.storage.repositories import events
+from marketplace.types import JsonObject
 
 COLUMNS = """evidence_id, project_address, milestone_index, submitter_address, submitter_role,
     evidence_hash, evidence_payload, created_at"""
@@ -30,6 +31,19 @@ ORDER BY milestone_index, created_at, evidence_id
 """
 
 
+class DisputeEvidenceRow(NamedTuple):
+    """Dispute evidence as stored (it also crosses the Ray boundary)."""
+
+    evidence_id: uuid.UUID
+    project_address: str
+    milestone_index: int
+    submitter_address: str
+    submitter_role: str
+    evidence_hash: str
+    evidence_payload: JsonObject | None  # free-form JSON object, as submitted
+    created_at: datetime
+
+
 async def insert(
     conn: Connection,
     *,
@@ -38,14 +52,15 @@ async def insert(
     submitter_address: str,
     submitter_role: str,
     evidence_hash: str,
-    evidence_payload: dict[str, Any] | None,
+    evidence_payload: JsonObject | None,
     dispute_opened_at: int | None,
     user_id: uuid.UUID,
-) -> asyncpg.Record:
+) -> DisputeEvidenceRow:
     """Store one party's evidence and record ``dispute_evidence.submitted`` in the same
     transaction; a second submission raises UniqueViolationError and records nothing."""
     async with conn.transaction():
-        row = await conn.fetchrow(
+        record = await fetch_one(
+            conn,
             INSERT,
             project_address,
             milestone_index,
@@ -56,23 +71,22 @@ async def insert(
             dispute_opened_at,
             user_id,
         )
-        assert row is not None
-        payload = {
-            "evidenceId": str(row["evidence_id"]),
-            "projectAddress": project_address,
-            "milestoneIndex": milestone_index,
-            "submitterAddress": submitter_address,
-            "submitterRole": submitter_role,
-            "evidenceHash": evidence_hash,
-            "userId": str(user_id),
-        }
-        await events.append(
-            conn, [NewEvent(EventType.DISPUTE_EVIDENCE_SUBMITTED, project_address, payload)]
+        row = rows.one(DisputeEvidenceRow, record)
+        payload = DisputeEvidenceSubmittedPayload(
+            evidenceId=str(row.evidence_id),
+            projectAddress=project_address,
+            milestoneIndex=milestone_index,
+            submitterAddress=submitter_address,
+            submitterRole=submitter_role,
+            evidenceHash=evidence_hash,
+            userId=str(user_id),
         )
+        await events.append(conn, [NewEvent(project_address, payload)])
     return row
 
 
 async def list_for_project(
     conn: Conn, project_address: str, milestone_index: int | None
-) -> list[asyncpg.Record]:
-    return await conn.fetch(SELECT_FOR_PROJECT, project_address, milestone_index)
+) -> list[DisputeEvidenceRow]:
+    records = await conn.fetch(SELECT_FOR_PROJECT, project_address, milestone_index)
+    return rows.many(DisputeEvidenceRow, records)

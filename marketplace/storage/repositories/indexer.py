@@ -6,10 +6,12 @@ import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from decimal import Decimal
+from typing import Any, NamedTuple, TypeAlias
 
 import asyncpg
 
+from marketplace.storage import rows
 from marketplace.storage.pool import Conn, Connection
 from marketplace.storage.read_model_rows import MilestoneRow, ProjectCreation, ProjectRow
 
@@ -65,6 +67,12 @@ EXISTING_CREATIONS = """
 SELECT project_address, owner_address, config_hash, created_block, created_log_index
 FROM projects WHERE project_address = any($1::text[])
 """
+
+#: One column of a stored ``projects`` or ``milestones`` row as asyncpg gives it (``numeric``
+#: as Decimal, ``text[]`` as a list).
+ColumnValue: TypeAlias = str | int | bool | Decimal | datetime | list[str] | None
+#: A stored row by column name: the columns of :class:`ProjectRow` or :class:`MilestoneRow`.
+StoredRow: TypeAlias = dict[str, ColumnValue]
 
 _PROJECT_COLUMNS = [f.name for f in dataclasses.fields(ProjectRow)]
 _MILESTONE_COLUMNS = [f.name for f in dataclasses.fields(MilestoneRow)]
@@ -134,8 +142,21 @@ ON CONFLICT (project_address, milestone_index) DO UPDATE SET
 """
 
 
-async def get_cursor(conn: Conn, chain_id: int) -> asyncpg.Record | None:
-    return await conn.fetchrow(SELECT_CURSOR, chain_id)
+class CursorRow(NamedTuple):
+    """The indexer's progress on one chain (SELECT_CURSOR)."""
+
+    chain_id: int
+    registry_address: str
+    start_block: int
+    last_synced_block: int
+    head_block: int
+    last_synced_block_time: datetime | None
+    last_successful_sync_at: datetime | None
+    updated_at: datetime
+
+
+async def get_cursor(conn: Conn, chain_id: int) -> CursorRow | None:
+    return rows.maybe(CursorRow, await conn.fetchrow(SELECT_CURSOR, chain_id))
 
 
 async def init_cursor(conn: Conn, chain_id: int, registry: str, start_block: int) -> None:
@@ -193,7 +214,7 @@ async def delete_projects_created_after(conn: Conn, chain_id: int, block: int) -
 
 async def current_state(
     conn: Conn, addresses: Sequence[str]
-) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, int], dict[str, Any]]]:
+) -> tuple[dict[str, StoredRow], dict[tuple[str, int], StoredRow]]:
     """The stored project rows and milestone rows of ``addresses`` (absent ones left out)."""
     addresses = list(addresses)
     if not addresses:

@@ -12,12 +12,31 @@ statement is one of a few constants.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import NamedTuple
 
 import asyncpg
 
+from marketplace.storage import rows
 from marketplace.storage.pool import Conn, Connection
+
+
+class StandingRow(NamedTuple):
+    """One row of a board page (stored standings or aggregated entries, the same columns)."""
+
+    wallet_address: str
+    completed_milestones: int
+    total_payout_usdc: Decimal
+    projects: int
+    categories: list[str]
+    last_completed_at: datetime
+    user_id: uuid.UUID | None  # the wallet's active holder
+    username: str | None
+    before: int  # rows ranked ahead of this page
+
 
 # "mkt_lbcs": one active boards consumer among all frontends (the relay's pattern).
 CONSUMER_LOCK_KEY = 0x6D6B745F6C626373
@@ -344,14 +363,16 @@ async def standings_page(
     sort: str,
     limit: int,
     after: tuple[object, str] | None,
-) -> list[asyncpg.Record]:
+) -> list[StandingRow]:
     """Up to ``limit`` rows of a stored board (``category``: a slug or ``'*'``) after the
     keyset position ``after`` (sort value, wallet); each row has ``before``."""
     if after is None:
-        return await conn.fetch(STANDINGS_PAGES[(sort, False)], category, window, limit)
-    return await conn.fetch(
-        STANDINGS_PAGES[(sort, True)], category, window, limit, after[0], after[1]
-    )
+        records = await conn.fetch(STANDINGS_PAGES[(sort, False)], category, window, limit)
+    else:
+        records = await conn.fetch(
+            STANDINGS_PAGES[(sort, True)], category, window, limit, after[0], after[1]
+        )
+    return rows.many(StandingRow, records)
 
 
 async def entries_page(
@@ -362,7 +383,7 @@ async def entries_page(
     sort: str,
     limit: int,
     after: tuple[object, str] | None,
-) -> list[asyncpg.Record]:
+) -> list[StandingRow]:
     """As :func:`standings_page` for a board of several categories, from the entries.
 
     Planned for its parameters every time (``plan_cache_mode``, for this transaction only): the
@@ -376,8 +397,8 @@ async def entries_page(
         arguments += [after[0], after[1]]
     if isinstance(conn, asyncpg.Pool):
         async with conn.acquire() as acquired:
-            return await _custom_plan_fetch(acquired, sql, arguments)
-    return await _custom_plan_fetch(conn, sql, arguments)
+            return rows.many(StandingRow, await _custom_plan_fetch(acquired, sql, arguments))
+    return rows.many(StandingRow, await _custom_plan_fetch(conn, sql, arguments))
 
 
 async def _custom_plan_fetch(

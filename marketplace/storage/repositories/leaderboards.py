@@ -13,12 +13,46 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple
 
-import asyncpg
-
-from marketplace.events.types import EventType, NewEvent
+from marketplace.events.types import CategoryTagsChangedPayload, NewEvent
+from marketplace.storage import rows
 from marketplace.storage.pool import Conn, Connection
 from marketplace.storage.repositories import events
+
+
+class CategoryRow(NamedTuple):
+    slug: str
+    display_name: str
+    description: str | None
+    sort_order: int
+    is_active: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+class TagsRow(NamedTuple):
+    project_address: str
+    milestone_index: int
+    owner_wallet_address: str
+    categories: list[str]
+    revision: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class RevisionRow(NamedTuple):
+    id: uuid.UUID
+    seq: int
+    project_address: str
+    milestone_index: int
+    revision: int
+    owner_wallet_address: str
+    categories: list[str]
+    previous_categories: list[str]
+    created_at: datetime
+
 
 CATEGORY_COLUMNS = "slug, display_name, description, sort_order, is_active, created_at, updated_at"
 SELECT_CATEGORIES = f"""
@@ -97,13 +131,13 @@ SELECT status FROM milestones WHERE project_address = $1 AND milestone_index = $
 # --- categories ---------------------------------------------------------------------------------
 
 
-async def list_categories(conn: Conn) -> list[asyncpg.Record]:
+async def list_categories(conn: Conn) -> list[CategoryRow]:
     """Every category (active or not), by sort order then slug."""
-    return await conn.fetch(SELECT_CATEGORIES)
+    return rows.many(CategoryRow, await conn.fetch(SELECT_CATEGORIES))
 
 
-async def category(conn: Conn, slug: str) -> asyncpg.Record | None:
-    return await conn.fetchrow(SELECT_CATEGORY, slug)
+async def category(conn: Conn, slug: str) -> CategoryRow | None:
+    return rows.maybe(CategoryRow, await conn.fetchrow(SELECT_CATEGORY, slug))
 
 
 async def insert_category(
@@ -114,11 +148,12 @@ async def insert_category(
     description: str | None,
     sort_order: int,
     is_active: bool,
-) -> asyncpg.Record | None:
+) -> CategoryRow | None:
     """The new category, or None when the slug exists already (nothing written)."""
-    return await conn.fetchrow(
+    record = await conn.fetchrow(
         INSERT_CATEGORY, slug, display_name, description, sort_order, is_active
     )
+    return rows.maybe(CategoryRow, record)
 
 
 async def update_category(
@@ -130,17 +165,17 @@ async def update_category(
     clear_description: bool = False,
     sort_order: int | None = None,
     is_active: bool | None = None,
-) -> asyncpg.Record | None:
+) -> CategoryRow | None:
     """The category after setting the given fields (None: unchanged), or None when unknown."""
-    return await conn.fetchrow(
+    record = await conn.fetchrow(
         UPDATE_CATEGORY, slug, display_name, description, sort_order, is_active, clear_description
     )
+    return rows.maybe(CategoryRow, record)
 
 
 async def active_categories_of(conn: Conn, slugs: Sequence[str]) -> dict[str, int]:
     """``{slug: sort_order}`` of those ``slugs`` that are known, active categories."""
-    rows = await conn.fetch(SELECT_ACTIVE_OF, list(slugs))
-    return {row["slug"]: row["sort_order"] for row in rows}
+    return {slug: order for slug, order in await conn.fetch(SELECT_ACTIVE_OF, list(slugs))}
 
 
 # --- tags ---------------------------------------------------------------------------------------
@@ -154,16 +189,16 @@ async def milestone_status(conn: Conn, project_address: str, milestone_index: in
     return status
 
 
-async def tags(conn: Conn, project_address: str, milestone_index: int) -> asyncpg.Record | None:
-    return await conn.fetchrow(SELECT_TAGS, project_address, milestone_index)
+async def tags(conn: Conn, project_address: str, milestone_index: int) -> TagsRow | None:
+    return rows.maybe(TagsRow, await conn.fetchrow(SELECT_TAGS, project_address, milestone_index))
 
 
 @dataclass(frozen=True)
 class TagUpsert:
     """What an upsert left: the tag row, and the revision it wrote (None: nothing changed)."""
 
-    tags: asyncpg.Record
-    revision: asyncpg.Record | None
+    tags: TagsRow
+    revision: RevisionRow | None
 
 
 async def upsert_tags(
@@ -196,7 +231,7 @@ async def upsert_tags(
                 list(current["categories"]) == wanted
                 and current["owner_wallet_address"] == owner_wallet_address
             ):
-                return TagUpsert(current, None)
+                return TagUpsert(rows.one(TagsRow, current), None)
             previous = list(current["categories"])
             row = await conn.fetchrow(
                 UPDATE_TAGS, project_address, milestone_index, owner_wallet_address, wanted
@@ -213,20 +248,18 @@ async def upsert_tags(
             user_id,
         )
         assert revision is not None
-        payload = {
-            "projectAddress": project_address,
-            "milestoneIndex": milestone_index,
-            "ownerWalletAddress": owner_wallet_address,
-            "revision": row["revision"],
-            "revisionId": str(revision["id"]),
-            "categories": wanted,
-            "previousCategories": previous,
-            "userId": str(user_id),
-        }
-        await events.append(
-            conn, [NewEvent(EventType.CATEGORY_TAGS_CHANGED, project_address, payload)]
+        payload = CategoryTagsChangedPayload(
+            projectAddress=project_address,
+            milestoneIndex=milestone_index,
+            ownerWalletAddress=owner_wallet_address,
+            revision=row["revision"],
+            revisionId=str(revision["id"]),
+            categories=wanted,
+            previousCategories=previous,
+            userId=str(user_id),
         )
-    return TagUpsert(row, revision)
+        await events.append(conn, [NewEvent(project_address, payload)])
+    return TagUpsert(rows.one(TagsRow, row), rows.one(RevisionRow, revision))
 
 
 async def revision_page(
@@ -236,8 +269,9 @@ async def revision_page(
     *,
     before_seq: int | None,
     limit: int,
-) -> list[asyncpg.Record]:
+) -> list[RevisionRow]:
     """Up to ``limit`` revisions of one milestone older than ``before_seq``, newest first."""
-    return await conn.fetch(
+    records = await conn.fetch(
         SELECT_REVISION_PAGE, project_address, milestone_index, before_seq, limit
     )
+    return rows.many(RevisionRow, records)

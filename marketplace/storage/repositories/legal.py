@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
+from typing import NamedTuple
 
-import asyncpg
-
+from marketplace.storage import rows
 from marketplace.storage.pool import Conn
 
 _COLUMNS = "document_type, version, kind, accepted_at, accepted_via, api_key_id, trigger_route"
@@ -39,8 +40,18 @@ WHERE user_id = $1 AND document_type = $2 AND version = $3 AND kind = $4
 """
 
 
-async def list_for_user(conn: Conn, user_id: uuid.UUID) -> list[asyncpg.Record]:
-    return await conn.fetch(SELECT_OF_USER, user_id)
+class AcceptanceRow(NamedTuple):
+    document_type: str
+    version: str
+    kind: str
+    accepted_at: datetime
+    accepted_via: str
+    api_key_id: uuid.UUID | None
+    trigger_route: str | None
+
+
+async def list_for_user(conn: Conn, user_id: uuid.UUID) -> list[AcceptanceRow]:
+    return rows.many(AcceptanceRow, await conn.fetch(SELECT_OF_USER, user_id))
 
 
 async def missing(
@@ -49,8 +60,8 @@ async def missing(
     if not required:
         return []
     types, versions = zip(*required, strict=True)
-    rows = await conn.fetch(SELECT_MISSING, user_id, list(types), list(versions))
-    return [(row["document_type"], row["version"]) for row in rows]
+    records = await conn.fetch(SELECT_MISSING, user_id, list(types), list(versions))
+    return [(document_type, version) for document_type, version in records]
 
 
 async def record(
@@ -81,5 +92,6 @@ async def record(
 
 async def get_one(
     conn: Conn, user_id: uuid.UUID, document_type: str, version: str, kind: str
-) -> asyncpg.Record | None:
-    return await conn.fetchrow(SELECT_ONE, user_id, document_type, version, kind)
+) -> AcceptanceRow | None:
+    record = await conn.fetchrow(SELECT_ONE, user_id, document_type, version, kind)
+    return rows.maybe(AcceptanceRow, record)

@@ -11,10 +11,16 @@ sees the new status.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
+from typing import NamedTuple
 
-import asyncpg
-
-from marketplace.events.types import EventType, NewEvent
+from marketplace.events.types import (
+    MessageReportedPayload,
+    NewEvent,
+    ReportUpdatedPayload,
+    user_subject,
+)
+from marketplace.storage import rows
 from marketplace.storage.pool import Conn, Connection, fetch_one
 from marketplace.storage.repositories import events, moderation_audit
 
@@ -63,6 +69,24 @@ LIMIT $3
 """
 
 
+class ReportRow(NamedTuple):
+    id: uuid.UUID
+    seq: int
+    message_id: uuid.UUID
+    reporter_user_id: uuid.UUID
+    reason: str
+    status: str
+    note: str | None
+    created_at: datetime
+    updated_at: datetime
+    resolved_by_user_id: uuid.UUID | None
+
+
+class LockedMessageRow(NamedTuple):
+    sender_user_id: uuid.UUID
+    body_status: str
+
+
 async def create(
     conn: Connection,
     *,
@@ -71,13 +95,15 @@ async def create(
     reporter_user_id: uuid.UUID,
     reason: str,
     message_kind: str,
-) -> tuple[asyncpg.Record, bool]:
+) -> tuple[ReportRow, bool]:
     """The reporter's report of the message and whether it was created now (in the caller's
     transaction). A new report marks a visible message ``reported`` and writes its audit entry
     (subject: the author) and ``message.reported`` event; a repeated one writes nothing."""
-    row = await conn.fetchrow(INSERT_REPORT, message_id, reporter_user_id, reason)
-    if row is None:
-        return await fetch_one(conn, SELECT_BY_REPORTER, message_id, reporter_user_id), False
+    record = await conn.fetchrow(INSERT_REPORT, message_id, reporter_user_id, reason)
+    if record is None:
+        existing = await fetch_one(conn, SELECT_BY_REPORTER, message_id, reporter_user_id)
+        return rows.one(ReportRow, existing), False
+    row = rows.one(ReportRow, record)
     await conn.execute(MARK_REPORTED, message_id)
     await moderation_audit.record(
         conn,
@@ -85,35 +111,34 @@ async def create(
         actor_user_id=reporter_user_id,
         action="report_created",
         reason=reason,
-        details={"reportId": str(row["id"]), "messageId": str(message_id), "kind": message_kind},
+        details={"reportId": str(row.id), "messageId": str(message_id), "kind": message_kind},
     )
     event = NewEvent(
-        EventType.MESSAGE_REPORTED,
-        f"user:{author_user_id}",
-        {
-            "reportId": str(row["id"]),
-            "messageId": str(message_id),
-            "reporterUserId": str(reporter_user_id),
-            "authorUserId": str(author_user_id),
-        },
+        user_subject(author_user_id),
+        MessageReportedPayload(
+            reportId=str(row.id),
+            messageId=str(message_id),
+            reporterUserId=str(reporter_user_id),
+            authorUserId=str(author_user_id),
+        ),
     )
     await events.append(conn, [event])
     return row, True
 
 
-async def get(conn: Conn, report_id: uuid.UUID) -> asyncpg.Record | None:
-    return await conn.fetchrow(SELECT_REPORT, report_id)
+async def get(conn: Conn, report_id: uuid.UUID) -> ReportRow | None:
+    return rows.maybe(ReportRow, await conn.fetchrow(SELECT_REPORT, report_id))
 
 
-async def lock(conn: Connection, report_id: uuid.UUID) -> asyncpg.Record | None:
+async def lock(conn: Connection, report_id: uuid.UUID) -> ReportRow | None:
     """The report, locked until the transaction ends; None if there is none."""
-    return await conn.fetchrow(SELECT_FOR_UPDATE, report_id)
+    return rows.maybe(ReportRow, await conn.fetchrow(SELECT_FOR_UPDATE, report_id))
 
 
-async def lock_message(conn: Connection, message_id: uuid.UUID) -> asyncpg.Record:
+async def lock_message(conn: Connection, message_id: uuid.UUID) -> LockedMessageRow:
     """``sender_user_id`` and ``body_status`` of a report's message, locked until the transaction
     ends (the report's foreign key keeps the message)."""
-    return await fetch_one(conn, LOCK_MESSAGE, message_id)
+    return rows.one(LockedMessageRow, await fetch_one(conn, LOCK_MESSAGE, message_id))
 
 
 async def other_pending(conn: Connection, message_id: uuid.UUID, report_id: uuid.UUID) -> int:
@@ -125,24 +150,24 @@ async def other_pending(conn: Connection, message_id: uuid.UUID, report_id: uuid
 async def apply_transition(
     conn: Connection,
     *,
-    report: asyncpg.Record,
+    report: ReportRow,
     author_user_id: uuid.UUID,
     status: str,
     note: str | None,
     admin_user_id: uuid.UUID,
     body_status_before: str,
     body_status_after: str,
-) -> asyncpg.Record:
+) -> ReportRow:
     """Write a checked transition (in the caller's transaction, report and message locked): the
     report, the message's body status when it changes, the audit entry (subject: the author,
     actor: the admin) and the ``report.updated`` event."""
     if body_status_after != body_status_before:
-        await conn.execute(SET_BODY_STATUS, report["message_id"], body_status_after)
-    row = await fetch_one(conn, UPDATE_STATUS, report["id"], status, note, admin_user_id)
+        await conn.execute(SET_BODY_STATUS, report.message_id, body_status_after)
+    record = await fetch_one(conn, UPDATE_STATUS, report.id, status, note, admin_user_id)
     details = {
-        "reportId": str(report["id"]),
-        "messageId": str(report["message_id"]),
-        "previousStatus": report["status"],
+        "reportId": str(report.id),
+        "messageId": str(report.message_id),
+        "previousStatus": report.status,
         "status": status,
         "bodyStatus": body_status_after,
     }
@@ -155,23 +180,22 @@ async def apply_transition(
         details=details,
     )
     event = NewEvent(
-        EventType.REPORT_UPDATED,
-        f"user:{report['reporter_user_id']}",
-        {
-            "reportId": str(report["id"]),
-            "messageId": str(report["message_id"]),
-            "reporterUserId": str(report["reporter_user_id"]),
-            "authorUserId": str(author_user_id),
-            "status": status,
-            "previousStatus": report["status"],
-            "bodyStatus": body_status_after,
-        },
+        user_subject(report.reporter_user_id),
+        ReportUpdatedPayload(
+            reportId=str(report.id),
+            messageId=str(report.message_id),
+            reporterUserId=str(report.reporter_user_id),
+            authorUserId=str(author_user_id),
+            status=status,
+            previousStatus=report.status,
+            bodyStatus=body_status_after,
+        ),
     )
     await events.append(conn, [event])
-    return row
+    return rows.one(ReportRow, record)
 
 
 async def page(
     conn: Conn, *, status: str | None, before_seq: int | None, limit: int
-) -> list[asyncpg.Record]:
-    return await conn.fetch(SELECT_PAGE, status, before_seq, limit)
+) -> list[ReportRow]:
+    return rows.many(ReportRow, await conn.fetch(SELECT_PAGE, status, before_seq, limit))

@@ -1,47 +1,77 @@
 """SQL of project chat and direct messages: messages, DM threads, and the "shared project"
 test direct messages need (docs/messaging.md).
 
-Chat sends write their messages and outbox events in one self-committing statement
-(``events.with_events``: the order lock is held only while the server commits), several sends
-of one shard at a time. A direct message writes them in one transaction, the event last
-(``events.append`` serialises producers from that statement to the commit), and creates or
-bumps its thread in that transaction with one ``INSERT ... ON CONFLICT`` on the ordered user
-pair: the UNIQUE constraint, not a prior read, decides which of two concurrent first messages
-creates the thread, and both land in it.
+A chat send and a direct message write the message and its outbox event in one transaction,
+the event last (``events.append`` serialises producers from that statement to the commit);
+chat sends several of one shard at a time. A direct message creates or bumps its thread in
+that transaction with one ``INSERT ... ON CONFLICT`` on the ordered user pair: the UNIQUE
+constraint, not a prior read, decides which of two concurrent first messages creates the
+thread, and both land in it.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple, Protocol
 
-import asyncpg
-
-from marketplace.events.types import EventType, NewEvent
+from marketplace.events.types import ChatMessagePayload, DmMessagePayload, NewEvent, thread_subject
+from marketplace.storage import rows
 from marketplace.storage.pool import Conn, Connection, fetch_one
 from marketplace.storage.repositories import events
+
+
+class MessageRow(NamedTuple):
+    """A stored message, chat or direct (COLUMNS): the one shape of a stored message, from this
+    module up to the response models (a chat send's result crosses the Ray boundary as it)."""
+
+    id: uuid.UUID
+    seq: int
+    kind: str
+    project_address: str | None  # chat only
+    thread_id: uuid.UUID | None  # direct only
+    sender_user_id: uuid.UUID
+    sender_wallet_address: str | None  # chat only
+    recipient_user_id: uuid.UUID | None  # direct only
+    body: str
+    body_status: str
+    created_at: datetime
+
+
+class ThreadRow(NamedTuple):
+    thread_id: uuid.UUID
+    user_low: uuid.UUID
+    user_high: uuid.UUID
+
+
+class ThreadListRow(NamedTuple):
+    """One of a user's threads, seen from that user (SELECT_THREADS_PAGE)."""
+
+    thread_id: uuid.UUID
+    other_user_id: uuid.UUID
+    other_username: str | None
+    last_message_at: datetime
+    activity_seq: int
+    muted: bool
+
 
 COLUMNS = (
     "id, seq, kind, project_address, thread_id, sender_user_id, sender_wallet_address, "
     "recipient_user_id, body, body_status, created_at"
 )
 
-# Chat messages and their events in one self-committing statement (events.with_events); a
-# message whose id exists (a retried send) is skipped with its event. Rows get their seq in the
-# order given.
-INSERT_CHATS = events.with_events(
-    f"""
-    INSERT INTO messages (id, kind, project_address, sender_user_id, sender_wallet_address, body)
-    SELECT m.id, 'project_chat', m.project_address, m.sender_user_id, m.sender_wallet, m.body
-    FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::text[])
-        WITH ORDINALITY AS m(id, project_address, sender_user_id, sender_wallet, body, n)
-    ORDER BY m.n
-    ON CONFLICT (id) DO NOTHING
-    RETURNING {COLUMNS}, id::text AS event_key
-    """,
-    5,
-)
+# Chat messages; a message whose id exists (a retried send) is skipped. Rows get their seq in
+# the order given.
+INSERT_CHATS = f"""
+INSERT INTO messages (id, kind, project_address, sender_user_id, sender_wallet_address, body)
+SELECT m.id, 'project_chat', m.project_address, m.sender_user_id, m.sender_wallet, m.body
+FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::text[])
+    WITH ORDINALITY AS m(id, project_address, sender_user_id, sender_wallet, body, n)
+ORDER BY m.n
+ON CONFLICT (id) DO NOTHING
+RETURNING {COLUMNS}
+"""
 SELECT_MESSAGE = f"SELECT {COLUMNS} FROM messages WHERE id = $1"
 # Newest first; keyset on seq. Served by messages_project_chat / messages_thread.
 SELECT_CHAT_PAGE = f"""
@@ -124,53 +154,67 @@ SELECT EXISTS (
 SELECT_USER_EXISTS = "SELECT EXISTS (SELECT 1 FROM users WHERE user_id = $1)"
 
 
-@dataclass(frozen=True)
-class NewChatMessage:
-    message_id: uuid.UUID
-    project_address: str
-    sender_user_id: uuid.UUID
-    sender_wallet: str
-    body: str
+class NewChatMessage(Protocol):
+    """A chat send as :func:`insert_chats` stores it: ``messaging.chat.PostChatMessage`` (the
+    shard command) is one, so the send is not copied into another shape on its way down."""
 
-    def event(self) -> NewEvent:
-        return NewEvent(
-            EventType.CHAT_MESSAGE,
-            self.project_address,
-            {
-                "messageId": str(self.message_id),
-                "projectAddress": self.project_address,
-                "senderUserId": str(self.sender_user_id),
-                "senderWalletAddress": self.sender_wallet,
-            },
-        )
+    @property
+    def message_id(self) -> uuid.UUID: ...
+    @property
+    def project_address(self) -> str: ...
+    @property
+    def user_id(self) -> uuid.UUID: ...
+    @property
+    def sender_wallet(self) -> str: ...
+    @property
+    def body(self) -> str: ...
 
 
-async def insert_chats(conn: Conn, messages: Sequence[NewChatMessage]) -> list[asyncpg.Record]:
-    """Store chat messages with their ``chat.message`` events, in one statement that commits by
-    itself when ``conn`` is not in a transaction. Returns the rows inserted, in the given order;
-    a message whose id exists already (a retried send) is not written again and not returned.
-    """
-    if not messages:
-        return []
-    return await conn.fetch(
-        INSERT_CHATS,
-        [m.message_id for m in messages],
-        [m.project_address for m in messages],
-        [m.sender_user_id for m in messages],
-        [m.sender_wallet for m in messages],
-        [m.body for m in messages],
-        *events.event_arguments([(str(m.message_id), m.event()) for m in messages]),
+def chat_event(row: MessageRow) -> NewEvent:
+    """The ``chat.message`` event of a stored chat message."""
+    if row.project_address is None or row.sender_wallet_address is None:
+        raise ValueError("a chat message row without its project or sender wallet")
+    return NewEvent(
+        row.project_address,
+        ChatMessagePayload(
+            messageId=str(row.id),
+            projectAddress=row.project_address,
+            senderUserId=str(row.sender_user_id),
+            senderWalletAddress=row.sender_wallet_address,
+        ),
     )
 
 
-async def get_message(conn: Conn, message_id: uuid.UUID) -> asyncpg.Record | None:
-    return await conn.fetchrow(SELECT_MESSAGE, message_id)
+async def insert_chats(conn: Connection, messages: Sequence[NewChatMessage]) -> list[MessageRow]:
+    """Store chat messages and then, as the last statement, their ``chat.message`` events, in
+    the caller's transaction. Returns the rows inserted, in the given order; a message whose id
+    exists already (a retried send) is not written again, has no new event and is not
+    returned."""
+    if not messages:
+        return []
+    records = await conn.fetch(
+        INSERT_CHATS,
+        [m.message_id for m in messages],
+        [m.project_address for m in messages],
+        [m.user_id for m in messages],
+        [m.sender_wallet for m in messages],
+        [m.body for m in messages],
+    )
+    inserted = sorted(rows.many(MessageRow, records), key=lambda row: row.seq)
+    if inserted:
+        await events.append(conn, [chat_event(row) for row in inserted])
+    return inserted
+
+
+async def get_message(conn: Conn, message_id: uuid.UUID) -> MessageRow | None:
+    return rows.maybe(MessageRow, await conn.fetchrow(SELECT_MESSAGE, message_id))
 
 
 async def chat_page(
     conn: Conn, project_address: str, *, before_seq: int | None, limit: int
-) -> list[asyncpg.Record]:
-    return await conn.fetch(SELECT_CHAT_PAGE, project_address, before_seq, limit)
+) -> list[MessageRow]:
+    records = await conn.fetch(SELECT_CHAT_PAGE, project_address, before_seq, limit)
+    return rows.many(MessageRow, records)
 
 
 async def insert_direct(
@@ -181,39 +225,43 @@ async def insert_direct(
     sender_user_id: uuid.UUID,
     recipient_user_id: uuid.UUID,
     body: str,
-) -> asyncpg.Record:
+) -> MessageRow:
     """Create or bump the pair's thread, insert the message and its ``dm.message`` event (in
     the caller's transaction)."""
     thread_id = await conn.fetchval(UPSERT_THREAD, user_low, user_high)
-    row = await fetch_one(conn, INSERT_DIRECT, thread_id, sender_user_id, recipient_user_id, body)
+    record = await fetch_one(
+        conn, INSERT_DIRECT, thread_id, sender_user_id, recipient_user_id, body
+    )
+    row = rows.one(MessageRow, record)
     event = NewEvent(
-        EventType.DM_MESSAGE,
-        f"thread:{thread_id}",
-        {
-            "messageId": str(row["id"]),
-            "threadId": str(thread_id),
-            "senderUserId": str(sender_user_id),
-            "recipientUserId": str(recipient_user_id),
-        },
+        thread_subject(thread_id),
+        DmMessagePayload(
+            messageId=str(row.id),
+            threadId=str(thread_id),
+            senderUserId=str(sender_user_id),
+            recipientUserId=str(recipient_user_id),
+        ),
     )
     await events.append(conn, [event])
     return row
 
 
-async def get_thread(conn: Conn, thread_id: uuid.UUID) -> asyncpg.Record | None:
-    return await conn.fetchrow(SELECT_THREAD, thread_id)
+async def get_thread(conn: Conn, thread_id: uuid.UUID) -> ThreadRow | None:
+    return rows.maybe(ThreadRow, await conn.fetchrow(SELECT_THREAD, thread_id))
 
 
 async def thread_page(
     conn: Conn, thread_id: uuid.UUID, *, before_seq: int | None, limit: int
-) -> list[asyncpg.Record]:
-    return await conn.fetch(SELECT_THREAD_PAGE, thread_id, before_seq, limit)
+) -> list[MessageRow]:
+    records = await conn.fetch(SELECT_THREAD_PAGE, thread_id, before_seq, limit)
+    return rows.many(MessageRow, records)
 
 
 async def threads_page(
     conn: Conn, user_id: uuid.UUID, *, before_activity: int | None, limit: int
-) -> list[asyncpg.Record]:
-    return await conn.fetch(SELECT_THREADS_PAGE, user_id, before_activity, limit)
+) -> list[ThreadListRow]:
+    records = await conn.fetch(SELECT_THREADS_PAGE, user_id, before_activity, limit)
+    return rows.many(ThreadListRow, records)
 
 
 async def share_project(conn: Conn, a: uuid.UUID, b: uuid.UUID) -> bool:

@@ -9,10 +9,54 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Literal, NamedTuple
 
-import asyncpg
-
+from marketplace.storage import rows
 from marketplace.storage.pool import Conn, Connection, fetch_one
+
+# Where the refused message was sent (CHECK-constrained).
+OffenseContext = Literal["project_chat", "direct"]
+
+
+class OffenseRow(NamedTuple):
+    """An offense with the suspension it started (``suspension_id`` None if none)."""
+
+    id: uuid.UUID
+    user_id: uuid.UUID
+    term: str
+    context: OffenseContext
+    created_at: datetime
+    suspension_id: uuid.UUID | None
+    suspension_ends_at: datetime | None
+
+
+class SuspensionStateRow(NamedTuple):
+    active_until: datetime | None  # None: not suspended at the time asked
+    counting_since: datetime | None  # None: never suspended
+
+
+class LiftedRow(NamedTuple):
+    id: uuid.UUID
+    offense_id: uuid.UUID
+    starts_at: datetime
+    ends_at: datetime
+    lifted_at: datetime
+
+
+class OffenseSummaryRow(NamedTuple):
+    now: datetime
+    total: int
+    active_until: datetime | None
+    counting_since: datetime | None
+
+
+class OffenseListRow(NamedTuple):
+    id: uuid.UUID
+    seq: int
+    term: str
+    context: OffenseContext
+    created_at: datetime
+
 
 # First key of the two-key advisory locks (a space of its own: one-key locks such as the events
 # order lock never meet these). "mkmo" in ASCII.
@@ -96,19 +140,19 @@ async def lock_user(conn: Connection, user_id: uuid.UUID) -> datetime:
     return at
 
 
-async def get_offense(conn: Conn, offense_id: uuid.UUID) -> asyncpg.Record | None:
+async def get_offense(conn: Conn, offense_id: uuid.UUID) -> OffenseRow | None:
     """The offense with the suspension it started (``suspension_id`` None if none)."""
-    return await conn.fetchrow(SELECT_OFFENSE, offense_id)
+    return rows.maybe(OffenseRow, await conn.fetchrow(SELECT_OFFENSE, offense_id))
 
 
-async def suspension_state(conn: Conn, user_id: uuid.UUID, at: datetime) -> asyncpg.Record:
+async def suspension_state(conn: Conn, user_id: uuid.UUID, at: datetime) -> SuspensionStateRow:
     """``active_until`` (None: not suspended at ``at``) and ``counting_since`` (None: never
     suspended)."""
-    return await fetch_one(conn, SUSPENSION_STATE, user_id, at)
+    return rows.one(SuspensionStateRow, await fetch_one(conn, SUSPENSION_STATE, user_id, at))
 
 
 async def offense_times(conn: Conn, user_id: uuid.UUID, after: datetime) -> list[datetime]:
-    return [row["created_at"] for row in await conn.fetch(SELECT_OFFENSE_TIMES, user_id, after)]
+    return [created_at for (created_at,) in await conn.fetch(SELECT_OFFENSE_TIMES, user_id, after)]
 
 
 async def insert_offense(
@@ -141,10 +185,10 @@ async def insert_suspension(
 
 async def lift_active(
     conn: Connection, user_id: uuid.UUID, lifted_by: uuid.UUID, at: datetime
-) -> list[asyncpg.Record]:
+) -> list[LiftedRow]:
     """Lift every suspension of ``user_id`` active at ``at``; the lifted rows (none: nothing
     was active)."""
-    return await conn.fetch(LIFT_ACTIVE, user_id, lifted_by, at)
+    return rows.many(LiftedRow, await conn.fetch(LIFT_ACTIVE, user_id, lifted_by, at))
 
 
 async def active_until(conn: Conn, user_id: uuid.UUID) -> datetime | None:
@@ -153,13 +197,14 @@ async def active_until(conn: Conn, user_id: uuid.UUID) -> datetime | None:
     return until
 
 
-async def offense_summary(conn: Conn, user_id: uuid.UUID) -> asyncpg.Record:
+async def offense_summary(conn: Conn, user_id: uuid.UUID) -> OffenseSummaryRow:
     """``now``, ``total``, ``active_until`` and ``counting_since`` of one user."""
-    return await fetch_one(conn, OFFENSE_SUMMARY, user_id)
+    return rows.one(OffenseSummaryRow, await fetch_one(conn, OFFENSE_SUMMARY, user_id))
 
 
 async def offense_page(
     conn: Conn, user_id: uuid.UUID, *, before_seq: int | None, limit: int
-) -> list[asyncpg.Record]:
+) -> list[OffenseListRow]:
     """Up to ``limit`` offenses of ``user_id`` older than ``before_seq``, newest first."""
-    return await conn.fetch(SELECT_OFFENSE_PAGE, user_id, before_seq, limit)
+    records = await conn.fetch(SELECT_OFFENSE_PAGE, user_id, before_seq, limit)
+    return rows.many(OffenseListRow, records)

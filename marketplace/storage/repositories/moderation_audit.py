@@ -10,11 +10,15 @@ by moderators and kept after a message is removed.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Literal
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Literal, NamedTuple
 
-import asyncpg
+from pydantic import JsonValue
 
+from marketplace.storage import rows
 from marketplace.storage.pool import Conn, Connection
+from marketplace.types import JsonObject
 
 AuditAction = Literal[
     "offense", "suspension", "suspension_lifted", "report_created", "report_status_changed"
@@ -36,6 +40,17 @@ LIMIT $3
 """
 
 
+class AuditRow(NamedTuple):
+    id: uuid.UUID
+    seq: int
+    subject_user_id: uuid.UUID
+    actor_user_id: uuid.UUID | None  # None: the system
+    action: AuditAction
+    reason: str | None
+    details: JsonObject  # the small JSON object :func:`record` stored
+    created_at: datetime
+
+
 async def record(
     conn: Connection,
     *,
@@ -43,7 +58,7 @@ async def record(
     actor_user_id: uuid.UUID | None,
     action: AuditAction,
     reason: str | None,
-    details: dict[str, Any],
+    details: Mapping[str, JsonValue],
 ) -> None:
     """Insert one entry, in the caller's transaction (the change and its entry commit together).
 
@@ -56,7 +71,7 @@ async def record(
 
 async def page(
     conn: Conn, *, subject_user_id: uuid.UUID | None, before_seq: int | None, limit: int
-) -> list[asyncpg.Record]:
+) -> list[AuditRow]:
     """Up to ``limit`` entries (of one subject when given) older than ``before_seq``, newest
     first."""
-    return await conn.fetch(SELECT_PAGE, subject_user_id, before_seq, limit)
+    return rows.many(AuditRow, await conn.fetch(SELECT_PAGE, subject_user_id, before_seq, limit))

@@ -9,10 +9,11 @@ and event type that was ever set; a missing row means e-mail on (the default).
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
+from typing import NamedTuple
 
-import asyncpg
-
-from marketplace.storage.pool import Conn
+from marketplace.storage import rows
+from marketplace.storage.pool import Conn, fetch_one
 
 DELIVERY_COLUMNS = (
     "id, seq, event_type, recipient_user_id, channel, status, reason, attempts, last_error, "
@@ -70,6 +71,23 @@ SELECT EXISTS (SELECT 1 FROM users WHERE user_id = $1) AS user_exists,
 """
 
 
+class DeliveryRow(NamedTuple):
+    """A delivery as the API lists it (DELIVERY_COLUMNS)."""
+
+    id: uuid.UUID
+    seq: int
+    event_type: str
+    recipient_user_id: uuid.UUID
+    channel: str
+    status: str
+    reason: str | None
+    attempts: int
+    last_error: str | None
+    subject: str
+    created_at: datetime
+    sent_at: datetime | None
+
+
 async def delivery_page(
     conn: Conn,
     *,
@@ -78,18 +96,19 @@ async def delivery_page(
     status: str | None,
     before_seq: int | None,
     limit: int,
-) -> list[asyncpg.Record]:
+) -> list[DeliveryRow]:
     """Up to ``limit`` deliveries of one recipient older than ``before_seq``, newest first,
     optionally of one event type and/or status."""
-    return await conn.fetch(
+    records = await conn.fetch(
         SELECT_DELIVERY_PAGE, recipient_user_id, event_type, status, before_seq, limit
     )
+    return rows.many(DeliveryRow, records)
 
 
 async def preferences(conn: Conn, user_id: uuid.UUID) -> dict[str, bool]:
     """The stored preferences of a user, ``{event_type: email}`` (types never set are absent)."""
-    rows = await conn.fetch(SELECT_PREFERENCES, user_id)
-    return {row["event_type"]: row["email"] for row in rows}
+    records = await conn.fetch(SELECT_PREFERENCES, user_id)
+    return {event_type: email for event_type, email in records}
 
 
 async def upsert_preferences(conn: Conn, user_id: uuid.UUID, values: dict[str, bool]) -> None:
@@ -115,8 +134,7 @@ async def email_enabled(conn: Conn, user_id: uuid.UUID, event_type: str) -> bool
 async def preference_state(conn: Conn, user_id: uuid.UUID, event_type: str) -> bool | None:
     """Whether the user gets e-mail of this type (True unless a row says otherwise), or None
     when the user does not exist."""
-    row = await conn.fetchrow(SELECT_PREFERENCE_STATE, user_id, event_type)
-    assert row is not None
-    if not row["user_exists"]:
+    user_exists, email = await fetch_one(conn, SELECT_PREFERENCE_STATE, user_id, event_type)
+    if not user_exists:
         return None
-    return True if row["email"] is None else bool(row["email"])
+    return True if email is None else bool(email)

@@ -11,28 +11,43 @@ request is a no-op. Addresses and hashes are lower-case.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any, Generic, TypeVar
 
 import asyncpg
 
-from marketplace.events.types import EventType, NewEvent
+from marketplace.events.types import NewEvent, Payload
+from marketplace.storage import rows
 from marketplace.storage.pool import Connection, fetch_one
 from marketplace.storage.repositories import events
 
+# The table's row type: a NamedTuple of :attr:`PartyRecordTable.columns`, in order.
+R = TypeVar("R", bound=tuple[Any, ...])
+
 
 @dataclass(frozen=True)
-class PartyRecordTable:
+class PartyRecordWrite:
+    """A record write that changed something: what its event says."""
+
+    created: bool  # inserted (else replaced)
+    record_id: str
+    project_address: str
+    party_address: str
+    record_hash: str
+    user_id: str
+
+
+@dataclass(frozen=True)
+class PartyRecordTable(Generic[R]):
+    row: type[R]  # its fields are :attr:`columns`
     table: str
     id_column: str
     party_column: str  # the party's wallet: the second half of the key
     hash_column: str
-    created_event: EventType
-    updated_event: EventType
-    # The event payload's names (read-API spelling) for the id, the party and the hash.
-    id_field: str
-    party_field: str
-    hash_field: str
+    # The payload of a write's event (the table's created or updated event type).
+    event_payload: Callable[[PartyRecordWrite], Payload]
 
     @cached_property
     def columns(self) -> str:
@@ -80,7 +95,7 @@ WHERE project_address = $1 AND {self.party_column} = $2
 
 async def upsert(
     conn: Connection,
-    table: PartyRecordTable,
+    table: PartyRecordTable[R],
     *,
     project_address: str,
     party_address: str,
@@ -88,10 +103,9 @@ async def upsert(
     artifact_uri: str | None,
     notes: str | None,
     user_id: uuid.UUID,
-) -> asyncpg.Record:
-    """Insert or replace the record of ``party_address`` on ``project_address``. The row carries
-    ``created`` (true when this call inserted it); a write records the table's created or updated
-    event in its transaction."""
+) -> R:
+    """Insert or replace the record of ``party_address`` on ``project_address``; a write records
+    the table's created or updated event (created: this call inserted it) in its transaction."""
     async with conn.transaction():
         row = await conn.fetchrow(
             table.upsert_sql,
@@ -103,14 +117,24 @@ async def upsert(
             user_id,
         )
         if row is None:  # identical to what is stored: nothing written, no event
-            return await fetch_one(conn, table.select_unchanged_sql, project_address, party_address)
-        kind = table.created_event if row["created"] else table.updated_event
-        payload = {
-            table.id_field: str(row[table.id_column]),
-            "projectAddress": project_address,
-            table.party_field: party_address,
-            table.hash_field: record_hash,
-            "userId": str(user_id),
-        }
-        await events.append(conn, [NewEvent(kind, project_address, payload)])
-    return row
+            unchanged = await fetch_one(
+                conn, table.select_unchanged_sql, project_address, party_address
+            )
+            return _stored(table, unchanged)
+        write = PartyRecordWrite(
+            created=row["created"],
+            record_id=str(row[table.id_column]),
+            project_address=project_address,
+            party_address=party_address,
+            record_hash=record_hash,
+            user_id=str(user_id),
+        )
+        await events.append(conn, [NewEvent(project_address, table.event_payload(write))])
+    return _stored(table, row)
+
+
+def _stored(table: PartyRecordTable[R], record: asyncpg.Record) -> R:
+    """The typed row of an upsert's answer (its columns, then ``created``)."""
+    rows.check_names((*getattr(table.row, "_fields"), "created"), record, table.table)  # noqa: B009
+    stored: R = getattr(table.row, "_make")(record[:-1])  # noqa: B009
+    return stored

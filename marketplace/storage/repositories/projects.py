@@ -31,11 +31,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
 from functools import cache
+from typing import NamedTuple
 
-import asyncpg
-
+from marketplace.storage import rows
 from marketplace.storage.pool import Conn
+from marketplace.storage.repositories.claims import StoredMilestonePolicy
 
 # Fallback window after the owner-response deadline of a challenge (spec section 8).
 CHALLENGE_FALLBACK_SECONDS = 5 * 24 * 3600
@@ -77,6 +80,86 @@ MILESTONE_FIELDS = (
     "latest_verifier_passes",
     "attested_on_chain",
 )
+# One element of the aggregate, as asyncpg decodes it (a plain tuple, MILESTONE_FIELDS order).
+MilestoneValues = tuple[
+    int,  # milestone_index
+    str,  # status
+    Decimal | None,  # payout_usdc
+    datetime | None,  # deadline_at
+    datetime | None,  # approved_at
+    datetime | None,  # resolved_at
+    datetime | None,  # submitted_at
+    str | None,  # delivery_ref_hash
+    str | None,  # latest_evidence_hash
+    uuid.UUID | None,  # latest_verifier_job_id
+    bool | None,  # latest_verifier_passes
+    bool,  # attested_on_chain
+]
+
+
+class ProjectReadRow(NamedTuple):
+    """A project as the listing and detail statements read it: PROJECT_COLUMNS, the milestones
+    aggregate, and (detail reads by a signed-in caller) whether the caller owns it."""
+
+    project_address: str
+    owner_address: str
+    status: str
+    project_mode: str
+    bidding_access: str
+    config_hash: str
+    selected_builder_address: str | None
+    milestone_count: int
+    bid_bond_usdc: Decimal | None
+    challenge_payout_usdc: Decimal | None
+    challenge_submission_count: int | None
+    challenge_submission_window_seconds: int | None
+    challenge_owner_response_window_seconds: int | None
+    challenge_submission_deadline: int | None
+    challenge_owner_response_deadline: int | None
+    dispute_phase: str | None
+    dispute_reason: str | None
+    dispute_raised_by: str | None
+    dispute_milestone_index: int | None
+    dispute_opened_at: int | None
+    dispute_verdict_submitted_at: int | None
+    dispute_owner_evidence_hash: str | None
+    dispute_worker_evidence_hash: str | None
+    created_block: int
+    created_log_index: int
+    created_at: datetime
+    updated_at: datetime
+    title: str | None
+    description: str | None
+    image_url: str | None
+    milestone_policies: list[StoredMilestonePolicy] | None  # None: no claimed metadata
+    milestones: list[MilestoneValues]
+    viewer_is_owner: bool | None  # None: a listing or an anonymous read
+
+
+# A listing's columns: the count of all matching projects, then the project (without
+# viewer_is_owner, which only a detail read has).
+_LISTED_COLUMNS = ("total", *ProjectReadRow._fields[:-1])
+
+
+class ProjectPartiesRow(NamedTuple):
+    """The project facts the off-chain records' rules need (SELECT_VISIBLE_PROJECT_PARTIES)."""
+
+    project_address: str
+    owner_address: str
+    status: str
+    project_mode: str
+    bidding_access: str
+    selected_builder_address: str | None
+    allowlist: list[str]
+    challenge_submission_count: int | None
+    dispute_phase: str | None
+    dispute_milestone_index: int | None
+    dispute_opened_at: int | None
+    milestone_count: int
+
+
+# Callers and their visible projects: the caller's wallets, then the project's parties.
+_CALLER_PARTIES_COLUMNS = ("wallets", *ProjectPartiesRow._fields)
 
 # Metadata shows only once its claimed owner is the indexed owner (spec section 4, claim rule 3:
 # queued metadata is merged on the first owner-matched indexing).
@@ -249,7 +332,7 @@ ORDER BY q.n
 @dataclass(frozen=True)
 class ProjectPage:
     total: int
-    rows: list[asyncpg.Record]  # at most the requested limit, newest first
+    rows: list[ProjectReadRow]  # at most the requested limit, newest first
 
 
 def list_arguments(
@@ -296,9 +379,14 @@ async def list_projects(
     """One page of visible projects, newest first, strictly after ``after`` (block, log index),
     plus the number of visible projects matching ``filters`` across all pages."""
     sql, args = list_arguments(viewer=viewer, filters=filters, after=after, limit=limit)
-    rows = await conn.fetch(sql, *args)
-    total = rows[0]["total"] if rows else 0
-    return ProjectPage(total, [row for row in rows if row["project_address"] is not None])
+    records = await conn.fetch(sql, *args)
+    if not records:
+        return ProjectPage(0, [])
+    rows.check_names(_LISTED_COLUMNS, records[0], "a project listing")
+    # An empty page is one row carrying the count, its project columns NULL.
+    make = ProjectReadRow._make
+    page = [make((*record[1:], None)) for record in records if record[1] is not None]
+    return ProjectPage(records[0][0], page)
 
 
 def detail_arguments(viewer: uuid.UUID | None, project_address: str) -> tuple[str, list[object]]:
@@ -309,26 +397,29 @@ def detail_arguments(viewer: uuid.UUID | None, project_address: str) -> tuple[st
 
 async def get_project(
     conn: Conn, *, viewer: uuid.UUID | None, project_address: str
-) -> asyncpg.Record | None:
+) -> ProjectReadRow | None:
     """The project with its milestones, or None when it does not exist or the viewer may not
     see it (the two are deliberately indistinguishable)."""
     sql, args = detail_arguments(viewer, project_address)
-    return await conn.fetchrow(sql, *args)
+    return rows.maybe(ProjectReadRow, await conn.fetchrow(sql, *args))
 
 
 async def callers_and_visible_projects(
     conn: Conn, pairs: Sequence[tuple[uuid.UUID, str]]
-) -> list[tuple[list[str], asyncpg.Record | None]]:
+) -> list[tuple[list[str], ProjectPartiesRow | None]]:
     """For each (user, project address): the user's active wallets (lower-case) and the
     project's parties as :func:`visible_project_parties` reads them with those wallets (None:
     not indexed or hidden), in one statement."""
-    rows = await conn.fetch(
+    records = await conn.fetch(
         SELECT_CALLERS_AND_VISIBLE_PROJECTS,
         [user_id for user_id, _ in pairs],
         [address.lower() for _, address in pairs],
     )
+    if records:
+        rows.check_names(_CALLER_PARTIES_COLUMNS, records[0], "callers and their projects")
+    make = ProjectPartiesRow._make
     return [
-        (list(row["wallets"]), row if row["project_address"] is not None else None) for row in rows
+        (list(record[0]), make(record[1:]) if record[1] is not None else None) for record in records
     ]
 
 
@@ -339,18 +430,19 @@ async def visible_project_parties(
     *,
     also_visible_to: Iterable[str] = (),
     everyone: bool = False,
-) -> asyncpg.Record | None:
+) -> ProjectPartiesRow | None:
     """The project's parties and state for the records' rules, or None when it is not indexed or
     hidden from a holder of ``wallets`` (lower-case); holders of ``also_visible_to`` see it too,
     and with ``everyone`` (an administrator) nothing is hidden.
     """
-    return await conn.fetchrow(
+    record = await conn.fetchrow(
         SELECT_VISIBLE_PROJECT_PARTIES,
         project_address.lower(),
         sorted(wallets),
         sorted(also_visible_to),
         everyone,
     )
+    return rows.maybe(ProjectPartiesRow, record)
 
 
 async def is_indexed(conn: Conn, project_address: str) -> bool:

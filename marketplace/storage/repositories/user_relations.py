@@ -9,10 +9,19 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple
 
-import asyncpg
-
+from marketplace.storage import rows
 from marketplace.storage.pool import Conn, fetch_one
+
+
+class RelationRow(NamedTuple):
+    """A block or a mute: ``user_id`` blocks or mutes ``other_user_id``."""
+
+    user_id: uuid.UUID
+    other_user_id: uuid.UUID
+    created_at: datetime
 
 
 @dataclass(frozen=True)
@@ -46,10 +55,10 @@ SELECT EXISTS (SELECT 1 FROM user_blocks WHERE user_id = $1 AND blocked_user_id 
 
 async def create(
     conn: Conn, table: RelationTable, user_id: uuid.UUID, other_user_id: uuid.UUID
-) -> asyncpg.Record:
+) -> RelationRow:
     """The (user, other) row, created now or kept from before. The other user must exist (a
     foreign-key violation otherwise)."""
-    return await fetch_one(conn, table.upsert_sql, user_id, other_user_id)
+    return rows.one(RelationRow, await fetch_one(conn, table.upsert_sql, user_id, other_user_id))
 
 
 async def delete(

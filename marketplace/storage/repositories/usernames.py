@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
+from typing import NamedTuple
 
 import asyncpg
 
+from marketplace.storage import rows
 from marketplace.storage.pool import Conn, fetch_one
 
 # The unique index on lower(username) is what decides between two users claiming one name at
@@ -30,23 +33,31 @@ RETURNING {_COLUMNS}
 """
 
 
+class UsernameRow(NamedTuple):
+    user_id: uuid.UUID
+    username: str
+    username_lower: str
+    created_at: datetime
+    updated_at: datetime
+
+
 class UsernameTakenViolation(Exception):
     """The unique index refused the name: another user holds it."""
 
 
-async def get(conn: Conn, user_id: uuid.UUID) -> asyncpg.Record | None:
-    return await conn.fetchrow(SELECT_BY_USER, user_id)
+async def get(conn: Conn, user_id: uuid.UUID) -> UsernameRow | None:
+    return rows.maybe(UsernameRow, await conn.fetchrow(SELECT_BY_USER, user_id))
 
 
-async def get_many(conn: Conn, user_ids: list[uuid.UUID]) -> list[asyncpg.Record]:
-    return await conn.fetch(SELECT_BY_USERS, user_ids)
+async def get_many(conn: Conn, user_ids: list[uuid.UUID]) -> list[UsernameRow]:
+    return rows.many(UsernameRow, await conn.fetch(SELECT_BY_USERS, user_ids))
 
 
 async def holder(conn: Conn, username: str) -> uuid.UUID | None:
     return await conn.fetchval(SELECT_HOLDER, username)
 
 
-async def set_username(conn: asyncpg.Pool, user_id: uuid.UUID, username: str) -> asyncpg.Record:
+async def set_username(conn: asyncpg.Pool, user_id: uuid.UUID, username: str) -> UsernameRow:
     """Claim ``username`` for ``user_id``; raise :class:`UsernameTakenViolation` if held."""
     async with conn.acquire() as c, c.transaction():
         try:
@@ -57,4 +68,4 @@ async def set_username(conn: asyncpg.Pool, user_id: uuid.UUID, username: str) ->
             raise
         if row is None:
             row = await fetch_one(c, SELECT_BY_USER, user_id)
-    return row
+    return rows.one(UsernameRow, row)

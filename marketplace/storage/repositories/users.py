@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 import asyncpg
 
+from marketplace.storage import rows
 from marketplace.storage.pool import Conn, Connection, fetch_one
 
 # (user_id, email_verified, email, session_iat): what one verified session token says.
@@ -60,6 +61,13 @@ RETURNING user_id, email_verified, moderation_admin, verifier_admin
 """
 
 
+class UserFlagsRow(NamedTuple):
+    user_id: uuid.UUID
+    email_verified: bool
+    moderation_admin: bool
+    verifier_admin: bool
+
+
 async def record_sessions(conn: Conn, rows: Sequence[SessionRow]) -> None:
     """Upsert the users of a batch of session tokens; user ids must be distinct."""
     if not rows:
@@ -68,8 +76,8 @@ async def record_sessions(conn: Conn, rows: Sequence[SessionRow]) -> None:
     await conn.execute(RECORD_SESSIONS, user_ids, verified, emails, issued)
 
 
-async def get_flags(conn: asyncpg.Pool | Connection, user_id: uuid.UUID) -> asyncpg.Record | None:
-    return await conn.fetchrow(SELECT_USER_FLAGS, user_id)
+async def get_flags(conn: asyncpg.Pool | Connection, user_id: uuid.UUID) -> UserFlagsRow | None:
+    return rows.maybe(UserFlagsRow, await conn.fetchrow(SELECT_USER_FLAGS, user_id))
 
 
 async def set_admin_flags(
@@ -78,5 +86,6 @@ async def set_admin_flags(
     *,
     moderation_admin: bool | None,
     verifier_admin: bool | None,
-) -> asyncpg.Record:
-    return await fetch_one(conn, SET_ADMIN_FLAGS, user_id, moderation_admin, verifier_admin)
+) -> UserFlagsRow:
+    record = await fetch_one(conn, SET_ADMIN_FLAGS, user_id, moderation_admin, verifier_admin)
+    return rows.one(UserFlagsRow, record)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import NamedTuple
 
-import asyncpg
-
+from marketplace.storage import rows
 from marketplace.storage.pool import Conn, Connection, fetch_one
 
 INSERT_CHALLENGE = """
@@ -79,6 +79,53 @@ SELECT user_id FROM wallet_links WHERE wallet_address = $1 AND revoked_at IS NUL
 """
 
 
+class ChallengeRow(NamedTuple):
+    challenge_id: uuid.UUID
+    user_id: uuid.UUID
+    wallet_address: str
+    chain_id: int
+    nonce: str
+    message: str
+    issued_at: datetime
+    expires_at: datetime
+    used_at: datetime | None
+    expired: bool
+
+
+class ConsumedChallengeRow(NamedTuple):
+    challenge_id: uuid.UUID
+    wallet_address: str
+    chain_id: int
+    used_at: datetime
+
+
+class ActiveLinkRow(NamedTuple):
+    link_id: uuid.UUID
+    user_id: uuid.UUID
+    wallet_address: str
+    chain_id: int
+    verification_method: str
+    verified_at: datetime
+
+
+class VerifiedLinkRow(NamedTuple):
+    wallet_address: str
+    verified_at: datetime
+    verification_method: str
+
+
+class WalletLinkRow(NamedTuple):
+    wallet_address: str
+    chain_id: int
+    verification_method: str
+    verified_at: datetime
+
+
+class RevokedLinkRow(NamedTuple):
+    wallet_address: str
+    revoked_at: datetime
+
+
 async def insert_challenge(
     conn: Conn,
     *,
@@ -105,22 +152,23 @@ async def insert_challenge(
     )
 
 
-async def get_challenge(conn: Conn, challenge_id: uuid.UUID) -> asyncpg.Record | None:
-    return await conn.fetchrow(SELECT_CHALLENGE, challenge_id)
+async def get_challenge(conn: Conn, challenge_id: uuid.UUID) -> ChallengeRow | None:
+    return rows.maybe(ChallengeRow, await conn.fetchrow(SELECT_CHALLENGE, challenge_id))
 
 
 async def consume_challenge(
     conn: Connection, challenge_id: uuid.UUID, user_id: uuid.UUID
-) -> asyncpg.Record | None:
-    return await conn.fetchrow(CONSUME_CHALLENGE, challenge_id, user_id)
+) -> ConsumedChallengeRow | None:
+    record = await conn.fetchrow(CONSUME_CHALLENGE, challenge_id, user_id)
+    return rows.maybe(ConsumedChallengeRow, record)
 
 
 async def lock_wallet(conn: Connection, wallet: str) -> None:
     await conn.execute(LOCK_WALLET, wallet)
 
 
-async def active_link_of_wallet(conn: Conn, wallet: str) -> asyncpg.Record | None:
-    return await conn.fetchrow(SELECT_ACTIVE_LINK_OF_WALLET, wallet)
+async def active_link_of_wallet(conn: Conn, wallet: str) -> ActiveLinkRow | None:
+    return rows.maybe(ActiveLinkRow, await conn.fetchrow(SELECT_ACTIVE_LINK_OF_WALLET, wallet))
 
 
 async def supersede_link(conn: Connection, link_id: uuid.UUID) -> None:
@@ -134,8 +182,9 @@ async def refresh_link(
     chain_id: int,
     method: str,
     challenge_id: uuid.UUID,
-) -> asyncpg.Record:
-    return await fetch_one(conn, REFRESH_LINK, link_id, chain_id, method, challenge_id)
+) -> VerifiedLinkRow:
+    record = await fetch_one(conn, REFRESH_LINK, link_id, chain_id, method, challenge_id)
+    return rows.one(VerifiedLinkRow, record)
 
 
 async def insert_link(
@@ -146,16 +195,17 @@ async def insert_link(
     chain_id: int,
     method: str,
     challenge_id: uuid.UUID,
-) -> asyncpg.Record:
-    return await fetch_one(conn, INSERT_LINK, user_id, wallet, chain_id, method, challenge_id)
+) -> VerifiedLinkRow:
+    record = await fetch_one(conn, INSERT_LINK, user_id, wallet, chain_id, method, challenge_id)
+    return rows.one(VerifiedLinkRow, record)
 
 
-async def list_active_links(conn: Conn, user_id: uuid.UUID) -> list[asyncpg.Record]:
-    return await conn.fetch(SELECT_ACTIVE_LINKS_OF_USER, user_id)
+async def list_active_links(conn: Conn, user_id: uuid.UUID) -> list[WalletLinkRow]:
+    return rows.many(WalletLinkRow, await conn.fetch(SELECT_ACTIVE_LINKS_OF_USER, user_id))
 
 
-async def revoke_link(conn: Conn, user_id: uuid.UUID, wallet: str) -> asyncpg.Record | None:
-    return await conn.fetchrow(REVOKE_LINK, user_id, wallet)
+async def revoke_link(conn: Conn, user_id: uuid.UUID, wallet: str) -> RevokedLinkRow | None:
+    return rows.maybe(RevokedLinkRow, await conn.fetchrow(REVOKE_LINK, user_id, wallet))
 
 
 async def is_active_link(conn: Conn, user_id: uuid.UUID, wallet: str) -> bool:
@@ -165,7 +215,7 @@ async def is_active_link(conn: Conn, user_id: uuid.UUID, wallet: str) -> bool:
 
 async def active_wallets(conn: Conn, user_id: uuid.UUID) -> list[str]:
     """The lower-case wallets actively linked to ``user_id``."""
-    return [row["wallet_address"] for row in await conn.fetch(SELECT_ACTIVE_LINKS_OF_USER, user_id)]
+    return [link.wallet_address for link in await list_active_links(conn, user_id)]
 
 
 async def active_owner_of_wallet(conn: Conn, wallet: str) -> uuid.UUID | None:

@@ -259,6 +259,6 @@ async def test_a_resent_command_stores_its_message_once(
     first = await shards.run(command)
     again = await shards.run(command)
     assert again == first
-    assert first["id"] == command.message_id and first["body"] == "once"
+    assert first.id == command.message_id and first.body == "once"
     assert await db.fetchval("SELECT count(*) FROM messages") == 1
     assert await db.fetchval("SELECT count(*) FROM events WHERE type = 'chat.message'") == 1

@@ -16,6 +16,9 @@ from marketplace.http.paths import ProjectMilestonePath, ProjectPath, VerifierJo
 from marketplace.identity.models import ApiKeyCreateResponse, UsernameGetResponse
 from marketplace.projects.models import ProjectListQuery
 from marketplace.records.models import BidDraftListQuery, BidDraftRecord, BidDraftUpsertRequest
+from marketplace.storage.repositories.api_keys import ApiKeyRow
+from marketplace.storage.repositories.bid_drafts import BidDraftRow
+from marketplace.storage.repositories.usernames import UsernameRow
 from marketplace.types import ADDRESS_PATTERN
 
 LOWER = "0x5fbdb2315678afecb367f032d93f642f64180aa3"
@@ -70,27 +73,25 @@ def test_milestone_path_reads_the_index_from_path_text_within_bounds() -> None:
         VerifierJobPath.model_validate({"jobId": "not-a-uuid"})
 
 
-def _draft_row(**changes: Any) -> dict[str, Any]:
-    row = {
-        "draft_id": uuid.uuid4(),
-        "project_address": "0x" + "cd" * 20,
-        "bidder_address": LOWER,
-        "draft_hash": HASH,
-        "artifact_uri": None,
-        "notes": "n",
-        "created_at": T,
-        "updated_at": T,
-        "created": True,  # the upsert's extra column: not part of the record
-    }
-    row.update(changes)
-    return row
+def _draft_row(**changes: Any) -> BidDraftRow:
+    row = BidDraftRow(
+        draft_id=uuid.uuid4(),
+        project_address="0x" + "cd" * 20,
+        bidder_address=LOWER,
+        draft_hash=HASH,
+        artifact_uri=None,
+        notes="n",
+        created_at=T,
+        updated_at=T,
+    )
+    return row._replace(**changes)
 
 
 def test_bid_draft_from_row_checksums_addresses_and_omits_absent_fields() -> None:
     row = _draft_row()
     record = BidDraftRecord.from_row(row)
-    assert record.id == row["draft_id"]
-    assert record.projectAddress == to_checksum_address(row["project_address"])
+    assert record.id == row.draft_id
+    assert record.projectAddress == to_checksum_address(row.project_address)
     assert record.bidderWalletAddress == CHECKSUMMED
     assert (record.draftHash, record.notes, record.createdAt) == (HASH, "n", T)
     dumped = json.loads(record.model_dump_json())
@@ -104,20 +105,21 @@ def test_bid_draft_from_row_validates_what_it_maps() -> None:
 
 
 def test_api_key_from_row_takes_the_subclass_fields() -> None:
-    row = {
-        "key_id": uuid.uuid4(),
-        "name": "ci",
-        "user_id": uuid.uuid4(),
-        "key_prefix": "mk_",
-        "key_last4": "abcd",
-        "created_at": T,
-        "last_used_at": None,
-        "revoked_at": None,
-    }
+    row = ApiKeyRow(
+        key_id=uuid.uuid4(),
+        user_id=uuid.uuid4(),
+        name="ci",
+        key_prefix="mk_",
+        key_last4="abcd",
+        created_at=T,
+        rotated_at=None,
+        last_used_at=None,
+        revoked_at=None,
+    )
     created = ApiKeyCreateResponse.from_row(row, secret="mk_secret")
     assert (created.id, created.userId, created.secret) == (
-        row["key_id"],
-        row["user_id"],
+        row.key_id,
+        row.user_id,
         "mk_secret",
     )
     with pytest.raises(ValidationError):
@@ -128,12 +130,12 @@ def test_username_response_without_a_row_is_the_null_username() -> None:
     user_id = uuid.uuid4()
     empty = json.loads(UsernameGetResponse.from_row(user_id, None).model_dump_json())
     assert empty == {"userId": str(user_id), "username": None}
-    row = {
-        "user_id": user_id,
-        "username": "alice_1",
-        "username_lower": "alice_1",
-        "created_at": T,
-        "updated_at": T,
-    }
+    row = UsernameRow(
+        user_id=user_id,
+        username="alice_1",
+        username_lower="alice_1",
+        created_at=T,
+        updated_at=T,
+    )
     full = UsernameGetResponse.from_row(user_id, row)
     assert (full.username, full.usernameLower, full.updatedAt) == ("alice_1", "alice_1", T)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from marketplace.chain.hashes import direct_config_hash, intent_config_hash
-from marketplace.messaging.chat import PostChatMessage, StoredMessage
+from marketplace.messaging.chat import PostChatMessage
 from marketplace.projects.claims import (
     UNCHANGED,
     ClaimIntent,
@@ -27,6 +27,8 @@ from marketplace.records.bid_drafts import StoredBidDraft, UpsertBidDraft
 from marketplace.records.challenge_submissions import UpsertChallengeSubmission
 from marketplace.records.dispute_evidence import StoredDisputeEvidence, SubmitDisputeEvidence
 from marketplace.shards import ProjectCommand, ShardFamily
+from marketplace.storage.repositories.claims import MetadataChanges
+from marketplace.storage.repositories.messages import MessageRow
 
 PROJECT = "0x" + "ab" * 20
 WALLET = "0x" + "cd" * 20
@@ -87,10 +89,19 @@ def test_commands_pickle_round_trip(command: ProjectCommand) -> None:
 def test_patch_metadata_keeps_omitted_and_cleared_fields_apart_across_pickle() -> None:
     cleared = pickle.loads(pickle.dumps(PatchMetadata(PROJECT, USER, "t", description=None)))
     assert cleared.image_url is UNCHANGED
-    assert cleared.changes() == {"description": None}
+    assert cleared.changes() == MetadataChanges(description=None, description_sent=True)
     both = PatchMetadata(PROJECT, USER, "t", description="d", image_url=None)
-    assert pickle.loads(pickle.dumps(both)).changes() == {"description": "d", "image_url": None}
-    assert PatchMetadata(PROJECT, USER, "t").changes() == {}
+    assert pickle.loads(pickle.dumps(both)).changes() == MetadataChanges(
+        description="d", description_sent=True, image_url=None, image_url_sent=True
+    )
+    assert PatchMetadata(PROJECT, USER, "t").changes() == MetadataChanges()
+    policies = PatchMetadata(PROJECT, USER, "t", milestone_policies=((0, "address-smoke"),))
+    assert policies.changes() == MetadataChanges(
+        milestone_policies=[{"milestoneIndex": 0, "checkPolicyId": "address-smoke"}]
+    )
+    assert PatchMetadata(PROJECT, USER, "t", milestone_policies=()).changes() == MetadataChanges(
+        milestone_policies=[]
+    )
 
 
 def test_claim_mode_and_config_hash_follow_the_intent() -> None:
@@ -132,7 +143,7 @@ def test_results_pickle_round_trip() -> None:
             evidence_payload={"a": {"b": [1, None]}},
             created_at=now,
         ),
-        StoredMessage(
+        MessageRow(
             id=uuid.uuid4(),
             seq=7,
             kind="project_chat",

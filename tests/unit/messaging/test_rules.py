@@ -20,6 +20,8 @@ from marketplace.messaging.models import (
 )
 from marketplace.records.access import ProjectParties
 from marketplace.records.errors import NotProjectParty
+from marketplace.storage.repositories.messages import MessageRow
+from marketplace.storage.repositories.projects import ProjectPartiesRow
 
 OWNER = "0x" + "11" * 20
 WORKER = "0x" + "22" * 20
@@ -41,7 +43,7 @@ def project(worker: str | None = WORKER) -> ProjectParties:
         "dispute_opened_at": None,
         "milestone_count": 3,
     }
-    return ProjectParties.from_row(row)  # type: ignore[arg-type]  # a mapping like a Record
+    return ProjectParties.from_row(ProjectPartiesRow(**row))
 
 
 def test_chat_senders() -> None:
@@ -108,19 +110,20 @@ def test_ordered_pair_is_byte_order() -> None:
         assert rules.ordered_pair(b, a) == (low, high)
 
 
-def message_row(kind: str, status: str) -> dict[str, Any]:
-    return {
-        "id": uuid.uuid4(),
-        "kind": kind,
-        "project_address": "0x" + "ab" * 20 if kind == "project_chat" else None,
-        "thread_id": uuid.uuid4() if kind == "direct" else None,
-        "sender_user_id": uuid.uuid4(),
-        "sender_wallet_address": OWNER if kind == "project_chat" else None,
-        "recipient_user_id": uuid.uuid4() if kind == "direct" else None,
-        "body": "the text",
-        "body_status": status,
-        "created_at": datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC),
-    }
+def message_row(kind: str, status: str) -> MessageRow:
+    return MessageRow(
+        id=uuid.uuid4(),
+        seq=1,
+        kind=kind,
+        project_address="0x" + "ab" * 20 if kind == "project_chat" else None,
+        thread_id=uuid.uuid4() if kind == "direct" else None,
+        sender_user_id=uuid.uuid4(),
+        sender_wallet_address=OWNER if kind == "project_chat" else None,
+        recipient_user_id=uuid.uuid4() if kind == "direct" else None,
+        body="the text",
+        body_status=status,
+        created_at=datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC),
+    )
 
 
 @pytest.mark.parametrize("model", [ChatMessageRecord, DirectMessageRecord])

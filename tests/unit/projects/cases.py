@@ -12,6 +12,17 @@ LATE = RESP + FALLBACK + 10_000_000
 
 
 @dataclass(frozen=True)
+class StatusFacts:
+    """The columns the effective status is derived from (a ChallengeClock)."""
+
+    project_mode: str
+    status: str
+    challenge_submission_deadline: int | None
+    challenge_submission_count: int | None
+    challenge_owner_response_deadline: int | None
+
+
+@dataclass(frozen=True)
 class Case:
     rule: str
     mode: str
@@ -23,14 +34,14 @@ class Case:
     resp: int | None = RESP
 
     @property
-    def row(self) -> dict[str, object]:
-        return {
-            "project_mode": self.mode,
-            "status": self.status,
-            "challenge_submission_deadline": self.sub,
-            "challenge_submission_count": self.count,
-            "challenge_owner_response_deadline": self.resp,
-        }
+    def row(self) -> StatusFacts:
+        return StatusFacts(
+            project_mode=self.mode,
+            status=self.status,
+            challenge_submission_deadline=self.sub,
+            challenge_submission_count=self.count,
+            challenge_owner_response_deadline=self.resp,
+        )
 
     @property
     def id(self) -> str:

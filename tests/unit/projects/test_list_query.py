@@ -4,12 +4,10 @@ No server: the same validation function the adapter calls, on plain dicts."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from eth_utils import to_checksum_address
 
-from marketplace.errors import InvalidRequest
+from marketplace.errors import InvalidRequest, ValidationDetail
 from marketplace.http.routing import _validate
 from marketplace.pagination import keyset_page
 from marketplace.projects.models import PROJECT_STATUSES, ProjectListQuery
@@ -24,11 +22,11 @@ def parse(**params: str) -> ProjectListQuery:
     return query
 
 
-def refused(**params: str) -> list[dict[str, Any]]:
+def refused(**params: str) -> list[ValidationDetail]:
     with pytest.raises(InvalidRequest) as caught:
         parse(**params)
     assert caught.value.status == 400 and caught.value.code == "invalid_request"
-    details: list[dict[str, Any]] = caught.value.extra["details"]
+    details = caught.value.extra["details"]
     assert all(d["location"] == "query" for d in details)
     return details
 

@@ -6,7 +6,6 @@ import json
 import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
 
 import pytest
 from eth_utils import to_checksum_address
@@ -22,42 +21,43 @@ from marketplace.projects.read_models import (
     project_model,
     trusted_constructor,
 )
+from marketplace.storage.repositories.projects import ProjectReadRow
 from marketplace.types import ResponseModel
 
 T = datetime(2025, 1, 1, tzinfo=UTC)
-ROW: dict[str, Any] = {
-    "project_address": "0x" + "ab" * 20,
-    "owner_address": "0x" + "cd" * 20,
-    "status": "bidding",
-    "project_mode": "challenge",
-    "bidding_access": "open",
-    "config_hash": "0x" + "ef" * 32,
-    "selected_builder_address": None,
-    "milestone_count": 1,
-    "bid_bond_usdc": None,
-    "challenge_payout_usdc": Decimal("1E+3"),
-    "challenge_submission_count": None,
-    "challenge_submission_window_seconds": 60,
-    "challenge_owner_response_window_seconds": 120,
-    "challenge_submission_deadline": 100,
-    "challenge_owner_response_deadline": 220,
-    "dispute_phase": None,
-    "dispute_reason": None,
-    "dispute_raised_by": "0x" + "12" * 20,
-    "dispute_milestone_index": None,
-    "dispute_opened_at": None,
-    "dispute_verdict_submitted_at": None,
-    "dispute_owner_evidence_hash": None,
-    "dispute_worker_evidence_hash": None,
-    "created_block": 7,
-    "created_log_index": 1,
-    "created_at": T,
-    "updated_at": T,
-    "title": "T",
-    "description": None,
-    "image_url": None,
-    "milestone_policies": [{"milestoneIndex": 0, "checkPolicyId": "address-smoke"}],
-    "milestones": [
+ROW = ProjectReadRow(
+    project_address="0x" + "ab" * 20,
+    owner_address="0x" + "cd" * 20,
+    status="bidding",
+    project_mode="challenge",
+    bidding_access="open",
+    config_hash="0x" + "ef" * 32,
+    selected_builder_address=None,
+    milestone_count=1,
+    bid_bond_usdc=None,
+    challenge_payout_usdc=Decimal("1E+3"),
+    challenge_submission_count=None,
+    challenge_submission_window_seconds=60,
+    challenge_owner_response_window_seconds=120,
+    challenge_submission_deadline=100,
+    challenge_owner_response_deadline=220,
+    dispute_phase=None,
+    dispute_reason=None,
+    dispute_raised_by="0x" + "12" * 20,
+    dispute_milestone_index=None,
+    dispute_opened_at=None,
+    dispute_verdict_submitted_at=None,
+    dispute_owner_evidence_hash=None,
+    dispute_worker_evidence_hash=None,
+    created_block=7,
+    created_log_index=1,
+    created_at=T,
+    updated_at=T,
+    title="T",
+    description=None,
+    image_url=None,
+    milestone_policies=[{"milestoneIndex": 0, "checkPolicyId": "address-smoke"}],
+    milestones=[
         (
             0,
             "approved",
@@ -73,11 +73,12 @@ ROW: dict[str, Any] = {
             False,
         )
     ],
-}
+    viewer_is_owner=None,
+)
 
 
 def test_trusted_constructor_equals_model_construct() -> None:
-    milestone = milestone_model(ROW["milestones"][0])
+    milestone = milestone_model(ROW.milestones[0])
     project = project_model(ROW, now=50)
     for built, model in ((milestone, MilestoneReadModel), (project, ProjectReadModel)):
         reference = model.model_construct(**dict(built))
@@ -93,8 +94,8 @@ def test_trusted_constructor_equals_model_construct() -> None:
 
 def test_mapping_converts_like_validation_would() -> None:
     body = json.loads(project_model(ROW, now=50).model_dump_json(exclude_none=True))
-    assert body["projectAddress"] == to_checksum_address(ROW["project_address"])
-    assert body["disputeRaisedBy"] == to_checksum_address(ROW["dispute_raised_by"])
+    assert body["projectAddress"] == to_checksum_address(ROW.project_address)
+    assert body["disputeRaisedBy"] == to_checksum_address(ROW.dispute_raised_by or "")
     assert body["challengePayoutUSDC"] == "1000"  # not "1E+3"
     assert body["challengeSubmissionDeadline"] == "100"
     assert body["challengeSubmissionCount"] == 0

@@ -9,6 +9,7 @@ import pytest
 
 from marketplace.records.access import ProjectParties, require_linked
 from marketplace.records.errors import WalletNotLinked
+from marketplace.storage.repositories.projects import ProjectPartiesRow
 
 OWNER = "0x" + "11" * 20
 WORKER = "0x" + "22" * 20
@@ -31,7 +32,7 @@ def parties(**values: Any) -> ProjectParties:
         "milestone_count": 3,
     }
     row.update(values)
-    return ProjectParties.from_row(row)  # type: ignore[arg-type]  # a mapping like a Record
+    return ProjectParties.from_row(ProjectPartiesRow(**row))
 
 
 def test_from_row_maps_columns() -> None:

@@ -12,19 +12,18 @@ import asyncpg
 from marketplace.storage.pool import Conn, fetch_one
 
 # Verifier job status as the repository shows it (marketplace/storage/repositories/
-# verifier_jobs.py): the row's own once completed, else its queue job's; a job row that is gone
-# reads as failed. Outbox lag is the newest event id less each consumer's cursor (a missing
-# cursor row means 0, as the consumers read it).
+# verifier_jobs.py): its queue job's. Outbox lag is the newest event id less each consumer's
+# cursor (a missing cursor row means 0, as the consumers read it).
 SNAPSHOT = """
 SELECT
   (SELECT coalesce(jsonb_agg(jsonb_build_array(policy, status, jobs)), '[]'::jsonb)
    FROM (SELECT v.check_policy_id AS policy,
-                coalesce(v.status, j.status, 'failed') AS status, count(*) AS jobs
-         FROM verifier_jobs v LEFT JOIN jobs j ON j.id = v.job_id
+                j.status, count(*) AS jobs
+         FROM verifier_jobs v JOIN jobs j ON j.id = v.job_id
          GROUP BY 1, 2) s) AS verifier_jobs,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(policy, passes, jobs)), '[]'::jsonb)
    FROM (SELECT check_policy_id AS policy, passes, count(*) AS jobs
-         FROM verifier_jobs WHERE status = 'completed' AND passes IS NOT NULL
+         FROM verifier_jobs WHERE completed_at IS NOT NULL
          GROUP BY 1, 2) s) AS verifier_results,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(status, deliveries)), '[]'::jsonb)
    FROM (SELECT status, count(*) AS deliveries FROM notification_deliveries
