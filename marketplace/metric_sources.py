@@ -1,5 +1,5 @@
 """What the sources behind ``/metrics`` share, in a leaf of its own so that the collectors
-(marketplace/metrics.py) and the readers they collect from (marketplace/deployment_metrics.py,
+(marketplace/http/) and the readers they collect from (marketplace/deployment_figures.py,
 the job queue's) import it without importing each other."""
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ from marketplace.config import Settings
 from marketplace.identity.session_recorder import SessionRecorder
 from marketplace.jobs.registry import JobRegistry
 from marketplace.logs import AccessLog
-from marketplace.moderation.terms import TermFilter
 from marketplace.verifier.execution import ExecutorReports
+from marketplace.wordfilter.terms import TermFilter
 
 if TYPE_CHECKING:
     from marketplace.actors.job_worker import JobWorkers

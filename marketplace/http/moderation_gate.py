@@ -9,13 +9,15 @@
    suspension made through this frontend (its offense is recorded here) applies to the next
    send at once, one made through another frontend within that time.
 2. :func:`screen_message`, called by the send handlers before anything is stored: the term
-   filter, and for a match an offense recorded by the moderation counter actor (the user's
-   shard), then 422 ``offensive_content``.
+   filter (the only place a body is matched), and for a match the handler's send rules (so a
+   refused send is never an offense), an offense recorded by the user's shard, then 422
+   ``offensive_content``.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -26,8 +28,8 @@ from marketplace.metrics import MODERATION_OFFENSES, MODERATION_SUSPENSIONS
 from marketplace.moderation.counter import MessageContext, OffenseRecorded, RecordOffense
 from marketplace.moderation.errors import OffensiveContent, SendingSuspended
 from marketplace.moderation.reads import suspended_until
-from marketplace.moderation.terms import TermFilter
 from marketplace.ttl_cache import TtlCache
+from marketplace.wordfilter.terms import TermFilter
 
 # How long a frontend trusts "not suspended" without asking again (the guard's query was a large
 # share of a chat send's frontend CPU in bench/messaging.py). Only that answer is kept: a lifted
@@ -60,11 +62,19 @@ async def moderation_suspension_guard(call: Call[Any, Any, Any]) -> None:
 
 
 async def screen_message(
-    app: web.Application, user_id: uuid.UUID, body: str, context: MessageContext
+    app: web.Application,
+    user_id: uuid.UUID,
+    body: str,
+    context: MessageContext,
+    *,
+    authorize: Callable[[], Awaitable[object]] | None = None,
 ) -> None:
     """Pass a message body through the term filter; return if it is clean.
 
-    A match is recorded as one offense of ``user_id`` by the user's shard (which may suspend the
+    For a match, ``authorize`` (the handler's send rules, read-only) runs first and its refusal
+    propagates: only a send the rules accept may count as an offense, and a clean body, the
+    common case, goes to the store without that check (the store checks the rules itself). A
+    match is recorded as one offense of ``user_id`` by the user's shard (which may suspend the
     account in the same transaction) and raises :class:`OffensiveContent`; if the account turns
     out to be suspended already (a send that passed the guard just before its suspension
     started) nothing is recorded and :class:`SendingSuspended` is raised instead. The offense
@@ -78,6 +88,8 @@ async def screen_message(
     match = app[keys.TERM_FILTER].match(body)
     if match is None:
         return
+    if authorize is not None:
+        await authorize()
     command = RecordOffense(
         user_id=user_id,
         offense_id=uuid.uuid4(),

@@ -16,7 +16,8 @@ import asyncpg
 import pytest
 
 from marketplace.actors.keyed_shard import ShardActor
-from marketplace.actors.runtime import settings_for_actor, stable_shard
+from marketplace.actors.runtime import stable_shard
+from marketplace.actors.settings import ActorSettings
 from marketplace.config import Settings
 from marketplace.moderation.counter import (
     LiftedSuspension,
@@ -28,8 +29,8 @@ from marketplace.moderation.counter import (
 )
 from marketplace.moderation.errors import OffensiveContent, SendingSuspended
 from marketplace.shards import ShardContext, ShardFamily
-from marketplace.storage.pool import create_pool
 from tests.conftest import Servers, make_settings
+from tests.support.db import open_pool
 
 SUSPEND_AFTER = 3
 WINDOW = timedelta(hours=1)
@@ -50,9 +51,8 @@ def settings(servers: Servers) -> Settings:
 
 @pytest.fixture
 async def pool(servers: Servers, clean_state: None) -> AsyncIterator[asyncpg.Pool]:
-    pool = await create_pool(servers.database_url, min_size=1, max_size=6)
-    yield pool
-    await pool.close()
+    async with open_pool(servers, max_size=6, reset=False) as pool:
+        yield pool
 
 
 @pytest.fixture
@@ -272,7 +272,7 @@ async def test_one_user_has_one_writer_even_from_two_processes(
     with its own pool, record a burst for one user: the advisory lock alone keeps the count
     exact, so exactly the threshold is recorded and the rest is refused."""
     user = await new_user(pool)
-    data = settings_for_actor(settings, database_url=servers.database_url)
+    data = ActorSettings.of(settings, database_url=servers.database_url)
     shards = [ShardActor(data, ShardFamily.USER, 0) for _ in range(2)]
     try:
         commands = [offense(user) for _ in range(12)]

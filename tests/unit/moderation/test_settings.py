@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from marketplace.config import Settings, load_settings
-from marketplace.moderation.terms import CUSTOM_SOURCE, TermFilter, TermMatch
+from marketplace.wordfilter.terms import CUSTOM_SOURCE, TermFilter, TermMatch
 
 
 def test_defaults() -> None:

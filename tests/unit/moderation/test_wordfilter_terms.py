@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from marketplace.moderation.terms import (
+from marketplace.wordfilter.terms import (
     CANARY_TERM,
     CUSTOM_SOURCE,
     SHIPPED_SOURCE,
@@ -481,7 +481,7 @@ def test_terms_given_directly_are_checked_too() -> None:
 def test_the_shipped_list_is_package_data() -> None:
     # The list is read with importlib.resources; it must also be in the built distribution.
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    assert "moderation/*.txt" in pyproject["tool"]["setuptools"]["package-data"]["marketplace"]
+    assert "wordfilter/*.txt" in pyproject["tool"]["setuptools"]["package-data"]["marketplace"]
     assert len(shipped_terms()) >= 50
 
 
