@@ -6,7 +6,32 @@ raised inside an actor reaches the frontend as the same class mixed with ``RayTa
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
+
+
+class ValidationDetail(TypedDict):
+    """One invalid field of a 400 ``invalid_request`` (the spec's ``details`` entries)."""
+
+    location: str  # path, query, header or body
+    field: str
+    message: str
+    type: str
+
+
+class ErrorExtra(TypedDict, total=False):
+    """The members an error body carries besides ``error`` and ``message`` (spec section 7),
+    each only on the errors that define it."""
+
+    details: list[ValidationDetail]  # invalid_request
+    missing: list[dict[str, str]]  # legal_acceptance_required: documentType, version
+    until: str  # sending_suspended (ISO date-time)
+    unknown: list[str]  # unknown_category
+    checks: dict[str, str]  # readiness' service_unavailable: dependency -> state
+
+
+class ErrorBody(ErrorExtra):
+    error: str
+    message: str
 
 
 class MarketplaceError(Exception):
@@ -14,16 +39,16 @@ class MarketplaceError(Exception):
     status: ClassVar[int] = 500
     default_message: ClassVar[str] = "internal error"
 
-    def __init__(self, message: str | None = None, extra: dict[str, Any] | None = None) -> None:
+    def __init__(self, message: str | None = None, extra: ErrorExtra | None = None) -> None:
         self.message = message or self.default_message
-        self.extra = dict(extra or {})
+        self.extra: ErrorExtra = extra.copy() if extra else {}
         super().__init__(self.message, self.extra)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Subclass constructors differ; rebuild from the instance state instead of calling them.
         return (_rebuild_error, (type(self), self.args, self.__dict__))
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> ErrorBody:
         return {"error": self.code, "message": self.message, **self.extra}
 
     def headers(self) -> dict[str, str]:
@@ -36,7 +61,7 @@ class InvalidRequest(MarketplaceError):
     default_message = "request validation failed"
 
     def __init__(
-        self, message: str | None = None, details: list[dict[str, Any]] | None = None
+        self, message: str | None = None, details: list[ValidationDetail] | None = None
     ) -> None:
         super().__init__(message, {"details": details or []})
 
@@ -137,7 +162,7 @@ class ServiceUnavailable(MarketplaceError):
 
 
 def _rebuild_error(
-    cls: type[MarketplaceError], args: tuple[Any, ...], state: dict[str, Any]
+    cls: type[MarketplaceError], args: tuple[object, ...], state: dict[str, object]
 ) -> MarketplaceError:
     error = cls.__new__(cls)
     error.args = args

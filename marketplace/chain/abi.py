@@ -17,17 +17,22 @@ import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeAlias
 
 from eth_abi import decode, encode
 from eth_utils import keccak
 
-from marketplace.chain.artifacts import load_artifact
+from marketplace.chain.artifacts import AbiEntry, AbiParam, load_artifact
 from marketplace.types import checksum_address
+
+#: A decoded ABI value: integers as int, ``bool``, addresses and ``bytesN`` as ``0x`` text, arrays
+#: as lists, structs as dicts by member name.
+AbiValue: TypeAlias = int | bool | str | list["AbiValue"] | dict[str, "AbiValue"]
 
 
 def abi_type(param: Mapping[str, Any]) -> str:
-    kind: str = param["type"]
+    # Any mapping with the ABI's keys: web3's own ABI types too (the tests and devnet use them).
+    kind = param["type"]
     if kind.startswith("tuple"):
         inner = ",".join(abi_type(c) for c in param["components"])
         return f"({inner}){kind[len('tuple') :]}"
@@ -41,10 +46,16 @@ def _lower_address(raw: str) -> str:
 # --- generic path (eth_abi) -------------------------------------------------------------------
 
 
-def _normalize(param: dict[str, Any], value: Any, address: Callable[[str], str]) -> Any:
-    kind: str = param["type"]
+def _element(param: AbiParam, kind: str) -> AbiParam:
+    element = param.copy()
+    element["type"] = kind
+    return element
+
+
+def _normalize(param: AbiParam, value: Any, address: Callable[[str], str]) -> AbiValue:
+    kind = param["type"]
     if kind.endswith("]"):
-        element = dict(param, type=kind[: kind.rindex("[")])
+        element = _element(param, kind[: kind.rindex("[")])
         return [_normalize(element, v, address) for v in value]
     if kind == "tuple":
         return _struct(param["components"], value, address)
@@ -56,8 +67,8 @@ def _normalize(param: dict[str, Any], value: Any, address: Callable[[str], str])
 
 
 def _struct(
-    components: list[dict[str, Any]], value: Any, address: Callable[[str], str]
-) -> dict[str, Any]:
+    components: list[AbiParam], value: Any, address: Callable[[str], str]
+) -> dict[str, AbiValue]:
     return {c["name"]: _normalize(c, v, address) for c, v in zip(components, value, strict=True)}
 
 
@@ -68,10 +79,11 @@ class _Unsupported(Exception):
     pass
 
 
-Decoder = Callable[[bytes, int, int], Any]  # (data, head position, base of the enclosing tuple)
+# (data, head position, base of the enclosing tuple)
+Decoder = Callable[[bytes, int, int], AbiValue]
 
 
-def _is_dynamic(param: dict[str, Any]) -> bool:
+def _is_dynamic(param: AbiParam) -> bool:
     kind = param["type"]
     if kind.endswith("[]") or kind in ("string", "bytes"):
         return True
@@ -84,7 +96,7 @@ def _word(data: bytes, pos: int) -> bytes:
     return data[pos : pos + 32]
 
 
-def _head_size(param: dict[str, Any]) -> int:
+def _head_size(param: AbiParam) -> int:
     if _is_dynamic(param):
         return 32
     if param["type"] == "tuple":
@@ -92,17 +104,17 @@ def _head_size(param: dict[str, Any]) -> int:
     return 32
 
 
-def _decoder(param: dict[str, Any], address: Callable[[str], str]) -> Decoder:
+def _decoder(param: AbiParam, address: Callable[[str], str]) -> Decoder:
     kind = param["type"]
     if kind.endswith("]") and not kind.endswith("[]"):
         raise _Unsupported(kind)  # fixed-size arrays
     if kind.endswith("[]"):
-        element = dict(param, type=kind[:-2])
+        element = _element(param, kind[:-2])
         if _is_dynamic(element):
             raise _Unsupported(kind)
         item, size = _decoder(element, address), _head_size(element)
 
-        def array(data: bytes, pos: int, base: int) -> list[Any]:
+        def array(data: bytes, pos: int, base: int) -> list[AbiValue]:
             start = base + int.from_bytes(_word(data, pos), "big")
             count = int.from_bytes(_word(data, start), "big")
             first = start + 32
@@ -118,7 +130,7 @@ def _decoder(param: dict[str, Any], address: Callable[[str], str]) -> Decoder:
 _ZERO_WORD = bytes(32)
 
 
-def _word_converter(kind: str, address: Callable[[str], str]) -> Callable[[bytes], Any]:
+def _word_converter(kind: str, address: Callable[[str], str]) -> Callable[[bytes], AbiValue]:
     """How one 32-byte word of a static scalar type becomes its value."""
     if kind == "address":
         return lambda word: address("0x" + word[12:].hex())
@@ -134,11 +146,11 @@ def _word_converter(kind: str, address: Callable[[str], str]) -> Callable[[bytes
     raise _Unsupported(kind)
 
 
-def _tuple_decoder(param: dict[str, Any], address: Callable[[str], str]) -> Decoder:
+def _tuple_decoder(param: AbiParam, address: Callable[[str], str]) -> Decoder:
     # Scalar members are converted straight from their word (one bounds check for the whole
     # head instead of one per word): a getProjectState struct has about 75 words, and the
     # per-word calls were most of a backfill's decoding time.
-    parts: list[tuple[str, int, Callable[[bytes], Any] | None, Decoder | None]] = []
+    parts: list[tuple[str, int, Callable[[bytes], AbiValue] | None, Decoder | None]] = []
     offset = 0
     for component in param["components"]:
         kind = component["type"]
@@ -150,11 +162,11 @@ def _tuple_decoder(param: dict[str, Any], address: Callable[[str], str]) -> Deco
     head = offset
     dynamic = _is_dynamic(param)
 
-    def struct(data: bytes, pos: int, base: int) -> dict[str, Any]:
+    def struct(data: bytes, pos: int, base: int) -> dict[str, AbiValue]:
         start = base + int.from_bytes(_word(data, pos), "big") if dynamic else pos
         if start + head > len(data):
             raise ValueError(f"ABI data too short: {len(data)} bytes, need {start + head}")
-        out = {}
+        out: dict[str, AbiValue] = {}
         for name, at, convert, decode_part in parts:
             if convert is not None:
                 out[name] = convert(data[start + at : start + at + 32])
@@ -167,15 +179,16 @@ def _tuple_decoder(param: dict[str, Any], address: Callable[[str], str]) -> Deco
 
 
 def _fast_sequence(
-    params: list[dict[str, Any]], address: Callable[[str], str]
-) -> Callable[[bytes], list[Any]] | None:
+    params: list[AbiParam], address: Callable[[str], str]
+) -> Callable[[bytes], list[AbiValue]] | None:
     try:
         decoders = [(_decoder(p, address), _head_size(p)) for p in params]
     except _Unsupported:
         return None
 
-    def decode_all(data: bytes) -> list[Any]:
-        values, at = [], 0
+    def decode_all(data: bytes) -> list[AbiValue]:
+        values: list[AbiValue] = []
+        at = 0
         for decoder, size in decoders:
             values.append(decoder(data, at, 0))
             at += size
@@ -193,7 +206,7 @@ def _address_style(checksum_addresses: bool) -> Callable[[str], str]:
 
 @dataclass(frozen=True)
 class AbiFunction:
-    abi: dict[str, Any]
+    abi: AbiEntry
 
     @cached_property
     def signature(self) -> str:
@@ -208,11 +221,13 @@ class AbiFunction:
         return "0x" + (self.selector + encode(types, list(args))).hex()
 
     @cached_property
-    def _fast(self) -> dict[bool, Callable[[bytes], list[Any]] | None]:
+    def _fast(self) -> dict[bool, Callable[[bytes], list[AbiValue]] | None]:
         outputs = self.abi["outputs"]
         return {flag: _fast_sequence(outputs, _address_style(flag)) for flag in (True, False)}
 
     def decode_result(self, data: str, *, checksum_addresses: bool = True) -> Any:
+        """The decoded outputs (one :data:`AbiValue`, or a list of them for several outputs):
+        ``Any``, since only the caller knows which function it called and so the shape."""
         raw = bytes.fromhex(data.removeprefix("0x"))
         fast = self._fast[checksum_addresses]
         if fast is not None:
@@ -227,7 +242,7 @@ class AbiFunction:
 
 @dataclass(frozen=True)
 class AbiEvent:
-    abi: dict[str, Any]
+    abi: AbiEntry
 
     @cached_property
     def signature(self) -> str:
@@ -238,12 +253,12 @@ class AbiEvent:
         return "0x" + keccak(text=self.signature).hex()
 
     @cached_property
-    def _parts(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def _parts(self) -> tuple[list[AbiParam], list[AbiParam]]:
         inputs = self.abi["inputs"]
         return [i for i in inputs if i["indexed"]], [i for i in inputs if not i["indexed"]]
 
     @cached_property
-    def _fast(self) -> dict[bool, Callable[[bytes], list[Any]] | None]:
+    def _fast(self) -> dict[bool, Callable[[bytes], list[AbiValue]] | None]:
         _, plain = self._parts
         return {flag: _fast_sequence(plain, _address_style(flag)) for flag in (True, False)}
 
@@ -256,13 +271,18 @@ class AbiEvent:
             for flag in (True, False)
         }
 
-    def decode_log(self, log: dict[str, Any], *, checksum_addresses: bool = True) -> dict[str, Any]:
+    def decode_log(
+        self, log: Mapping[str, Any], *, checksum_addresses: bool = True
+    ) -> dict[str, AbiValue]:
+        """The event's arguments by name, from a log's ``topics`` and ``data`` (an RPC log, a
+        web3 receipt's, a test's dict); callers that know the event cast the result to a
+        TypedDict of it (``marketplace.chain.project_state.ProjectCreated``)."""
         indexed, plain = self._parts
         address = _address_style(checksum_addresses)
         topics = log["topics"][1:]
         if len(topics) != len(indexed):
             raise ValueError(f"expected {len(indexed)} indexed topics, got {len(topics)}")
-        args: dict[str, Any] = {}
+        args: dict[str, AbiValue] = {}
         for param, topic_decoder, topic in zip(
             indexed, self._topic_decoders[checksum_addresses], topics, strict=True
         ):
@@ -271,7 +291,7 @@ class AbiEvent:
         data = bytes.fromhex(log["data"].removeprefix("0x"))
         fast = self._fast[checksum_addresses]
         if fast is not None:
-            values = fast(data)
+            values: list[AbiValue] = fast(data)
         else:
             raw_values = decode([abi_type(p) for p in plain], data)
             values = [_normalize(p, v, address) for p, v in zip(plain, raw_values, strict=True)]

@@ -15,13 +15,43 @@ import json
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict, cast
 
 DIGEST_FILE = "sources.sha256"
 
 # marketplace/chain/artifacts.py -> repository root is three levels up.
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONTRACTS_DIR = REPO_ROOT / "contracts"
+
+
+class AbiParam(TypedDict):
+    """One input or output of an ABI entry (a struct's members are its ``components``)."""
+
+    name: str
+    type: str
+    internalType: NotRequired[str]
+    components: NotRequired[list[AbiParam]]
+    indexed: NotRequired[bool]  # event inputs only
+
+
+class AbiEntry(TypedDict):
+    """One entry of a contract's ABI (a function, an event, an error, the constructor...)."""
+
+    type: str
+    name: NotRequired[str]  # every function, event and error has one
+    inputs: NotRequired[list[AbiParam]]
+    outputs: NotRequired[list[AbiParam]]  # functions only
+    stateMutability: NotRequired[str]
+    anonymous: NotRequired[bool]  # events only
+
+
+class Artifact(TypedDict):
+    """A compiled contract as ``scripts/build_contracts.js`` writes it."""
+
+    contractName: str
+    abi: list[AbiEntry]
+    bytecode: str
+    deployedBytecode: str
 
 
 class ArtifactNotFound(LookupError):
@@ -41,11 +71,11 @@ def _load(name: str) -> str:
     return path.read_text(encoding="utf-8")
 
 
-def load_artifact(name: str) -> dict[str, Any]:
+def load_artifact(name: str) -> Artifact:
     """``{"contractName", "abi", "bytecode", "deployedBytecode"}`` for a deployable contract
     (``TestUSDC``, ``MarketplaceEscrow``, ``MarketplaceRegistry``, ``MarketplaceProject``).
     Bytecode strings carry a ``0x`` prefix. Returns a fresh dict on every call."""
-    return json.loads(_load(name))
+    return cast(Artifact, json.loads(_load(name)))
 
 
 def artifact_names() -> list[str]:

@@ -20,7 +20,7 @@ fresh ones.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
 
 from eth_account import Account
 from eth_utils import keccak, to_checksum_address
@@ -62,6 +62,25 @@ TEST_USDC_PERMIT_NAME = "Test USD Coin"
 TEST_USDC_PERMIT_VERSION = "1"
 
 
+class Eip712Domain(TypedDict):
+    name: str
+    version: str
+    chainId: int
+    verifyingContract: str
+
+
+class AttestationMessage(TypedDict):
+    """The ``Attestation`` struct as :data:`ATTESTATION_TYPES` lays it out."""
+
+    project: str
+    milestoneIndex: int
+    passes: bool
+    evidenceHash: bytes
+    deadline: int
+    nonce: int
+    chainId: int
+
+
 def bytes32(value: bytes | str) -> bytes:
     """``value`` as exactly 32 bytes (``0x``-hex text or raw bytes)."""
     raw = bytes.fromhex(value.removeprefix("0x")) if isinstance(value, str) else bytes(value)
@@ -76,7 +95,7 @@ def ranked_submitters_hash(addresses: Sequence[str]) -> bytes:
     return keccak(b"".join(bytes(12) + bytes.fromhex(a.removeprefix("0x")) for a in addresses))
 
 
-def verifier_domain(chain_id: int, registry: str) -> dict[str, Any]:
+def verifier_domain(chain_id: int, registry: str) -> Eip712Domain:
     return {
         "name": VERIFIER_DOMAIN_NAME,
         "version": VERIFIER_DOMAIN_VERSION,
@@ -94,7 +113,7 @@ def attestation_message(
     evidence_hash: bytes | str,
     deadline: int,
     nonce: int,
-) -> dict[str, Any]:
+) -> AttestationMessage:
     return {
         "project": to_checksum_address(project),
         "milestoneIndex": milestone_index,
@@ -130,8 +149,9 @@ def sign_attestation(
         deadline=deadline,
         nonce=nonce,
     )
+    # eth_account types its arguments as plain dicts.
     signed = Account.sign_typed_data(
-        key, verifier_domain(chain_id, registry), ATTESTATION_TYPES, message
+        key, dict(verifier_domain(chain_id, registry)), ATTESTATION_TYPES, dict(message)
     )
     return bytes(signed.signature)
 
@@ -152,16 +172,18 @@ def recover_attestation_signer(
     from eth_account.messages import encode_typed_data
 
     signable = encode_typed_data(
-        verifier_domain(chain_id, registry),
+        dict(verifier_domain(chain_id, registry)),
         ATTESTATION_TYPES,
-        attestation_message(
-            chain_id=chain_id,
-            project=project,
-            milestone_index=milestone_index,
-            passes=passes,
-            evidence_hash=evidence_hash,
-            deadline=deadline,
-            nonce=nonce,
+        dict(
+            attestation_message(
+                chain_id=chain_id,
+                project=project,
+                milestone_index=milestone_index,
+                passes=passes,
+                evidence_hash=evidence_hash,
+                deadline=deadline,
+                nonce=nonce,
+            )
         ),
     )
     return str(Account.recover_message(signable, signature=signature))
@@ -189,7 +211,7 @@ def sign_fallback(
         "chainId": chain_id if signed_chain_id is None else signed_chain_id,
     }
     signed = Account.sign_typed_data(
-        key, verifier_domain(chain_id, registry), CHALLENGE_FALLBACK_TYPES, message
+        key, dict(verifier_domain(chain_id, registry)), CHALLENGE_FALLBACK_TYPES, message
     )
     return bytes(signed.signature)
 

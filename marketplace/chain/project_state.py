@@ -6,11 +6,82 @@ signature may judge."""
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import Any, TypedDict
 
 from marketplace.chain.abi import AbiFunction, ContractAbi
 from marketplace.chain.enums import ProjectStatus
 from marketplace.chain.rpc import JsonRpcClient
+
+
+class MilestoneState(TypedDict):
+    """One ``Milestone`` of :class:`ProjectState`, decoded (enums as their ``uint8``)."""
+
+    status: int
+    payout: int
+    deadline: int
+    submittedAt: int
+    approvedAt: int
+    resolvedAt: int
+    deliveryRefHash: str
+    latestEvidenceHash: str
+    attested: bool
+
+
+class ProjectState(TypedDict):
+    """The ``ProjectState`` struct ``getProjectState()`` returns, decoded by
+    :mod:`marketplace.chain.abi`: member names as in the contract, integers as int, addresses
+    and ``bytes32`` as ``0x`` text (addresses lower-case or checksummed, as the caller asked),
+    enums as their ``uint8``. ``tests/unit/chain`` checks it against the compiled ABI."""
+
+    owner: str
+    registry: str
+    escrow: str
+    usdc: str
+    status: int
+    mode: int
+    biddingAccess: int
+    configHash: str
+    createdAt: int
+    openedAt: int
+    selectedBuilder: str
+    milestoneCount: int
+    currentMilestone: int
+    bidBond: int
+    selectedBuilderBond: int
+    challengePayout: int
+    challengeSubmissionCount: int
+    challengeSubmissionWindowSeconds: int
+    challengeOwnerResponseWindowSeconds: int
+    challengeSubmissionDeadline: int
+    challengeOwnerResponseDeadline: int
+    challengeSelectionPhase: bool
+    challengeWinner: str
+    disputePhase: int
+    disputeReason: int
+    disputeRaisedBy: str
+    disputeMilestoneIndex: int
+    disputeOpenedAt: int
+    disputeVerdictSubmittedAt: int
+    disputeReasonHash: str
+    disputeOwnerEvidenceHash: str
+    disputeWorkerEvidenceHash: str
+    disputeVerdictPasses: bool
+    feeRateBps: int
+    disputeMultisig: str
+    verifierSigner: str
+    treasury: str
+    escrowBalance: int
+    milestones: list[MilestoneState]
+
+
+class ProjectCreated(TypedDict):
+    """The arguments of the registry's ``ProjectCreated`` event, decoded (``tests/unit/chain``
+    checks it against the compiled ABI)."""
+
+    project: str
+    owner: str
+    configHash: str
+    timestamp: int
 
 
 @cache
@@ -20,7 +91,7 @@ def _get_state() -> AbiFunction:
 
 async def project_state(
     rpc: JsonRpcClient, project: str, block: str = "latest"
-) -> dict[str, Any] | None:
+) -> ProjectState | None:
     """The decoded ``ProjectState`` struct (field names as in the contract, addresses
     lower-case) at ``block``; None when no project contract answers at ``project``. RPC failures
     propagate (``RpcError``, ``aiohttp.ClientError``, ``TimeoutError``, ``OSError``)."""
@@ -29,7 +100,7 @@ async def project_state(
     if not isinstance(data, str) or data in ("0x", ""):
         return None
     try:
-        state: dict[str, Any] = function.decode_result(data, checksum_addresses=False)
+        state: ProjectState = function.decode_result(data, checksum_addresses=False)
     except Exception:
         # Some other contract answered with data that is no ProjectState.
         return None

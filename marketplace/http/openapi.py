@@ -6,9 +6,9 @@ import inspect
 import re
 import sys
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, JsonValue
 from pydantic.json_schema import (
     GenerateJsonSchema,
     JsonSchemaValue,
@@ -19,6 +19,8 @@ from pydantic.json_schema import (
 from marketplace import API_VERSION
 from marketplace.errors import (
     EmailNotVerified,
+    ErrorBody,
+    ErrorExtra,
     Forbidden,
     HeaderTooLarge,
     InvalidRequest,
@@ -35,11 +37,83 @@ from marketplace.errors import (
 )
 from marketplace.http.routing import FORM_MEDIA_TYPES, AuthMode, Route
 from marketplace.moderation.errors import OffensiveContent, SendingSuspended
-from marketplace.types import ResponseModel
+from marketplace.types import JsonObject, ResponseModel
 
 REF = "#/components/schemas/{model}"
 
-SECURITY_SCHEMES = {
+
+# --- the document's shape (OpenAPI 3.1); JSON Schema pieces are pydantic's, passed through ----
+
+
+class Example(TypedDict):
+    value: JsonValue | ErrorBody
+    summary: NotRequired[str]
+
+
+class MediaType(TypedDict):
+    schema: JsonObject
+    examples: NotRequired[dict[str, Example]]
+
+
+class RequestBody(TypedDict):
+    required: bool
+    content: dict[str, MediaType]
+
+
+class Response(TypedDict):
+    description: str
+    content: NotRequired[dict[str, MediaType]]
+
+
+# Functional syntax: `in` and the `x-` extensions are no identifiers.
+Parameter = TypedDict(
+    "Parameter",
+    {
+        "name": str,
+        "in": str,
+        "required": bool,
+        "schema": JsonObject,
+        "description": NotRequired[JsonValue],
+    },
+)
+Operation = TypedDict(
+    "Operation",
+    {
+        "operationId": str,
+        "summary": str,
+        "tags": list[str],
+        "security": list[dict[str, list[str]]],
+        "x-auth": str,
+        "description": str,
+        "x-guarded": NotRequired[bool],
+        "x-sends-messages": NotRequired[bool],
+        "parameters": NotRequired[list[Parameter]],
+        "requestBody": NotRequired[RequestBody],
+        "responses": NotRequired[dict[str, Response]],  # always, set last (the key order shows)
+    },
+)
+
+
+class Info(TypedDict):
+    title: str
+    version: str
+    description: str
+
+
+class Components(TypedDict):
+    schemas: dict[str, JsonObject]
+    securitySchemes: dict[str, dict[str, str]]
+
+
+class OpenApiDocument(TypedDict):
+    openapi: str
+    info: Info
+    servers: list[dict[str, str]]
+    paths: dict[str, dict[str, Operation]]
+    components: Components
+
+
+SECURITY_SCHEMES: dict[str, dict[str, str]] = {
     "sessionBearer": {
         "type": "http",
         "scheme": "bearer",
@@ -123,7 +197,7 @@ class MissingLegalDocument(ResponseModel):
     version: str
 
 
-def _no_default(schema: dict[str, Any]) -> None:
+def _no_default(schema: JsonObject) -> None:
     schema.pop("default", None)  # the field is left out, never null
 
 
@@ -184,8 +258,8 @@ def _message(error: type[MarketplaceError], code: str) -> str:
     return f"{error.default_message}: {code.replace('_', ' ')}"
 
 
-def error_example(error: type[MarketplaceError], code: str) -> dict[str, Any]:
-    example: dict[str, Any] = {"error": code, "message": _message(error, code)}
+def error_example(error: type[MarketplaceError], code: str) -> ErrorBody:
+    example: ErrorBody = {"error": code, "message": _message(error, code)}
     if issubclass(error, InvalidRequest):
         example["message"] = "invalid body: body.metadata.title"
         example["details"] = [
@@ -199,7 +273,7 @@ def error_example(error: type[MarketplaceError], code: str) -> dict[str, Any]:
     if issubclass(error, LegalAcceptanceRequired):
         example["missing"] = [{"documentType": "terms", "version": "2025-03-01"}]
     # Errors with spec-defined extra fields show them in their example.
-    example.update(getattr(error, "example_extra", {}))
+    example.update(cast(ErrorExtra, getattr(error, "example_extra", {})))
     return example
 
 
@@ -283,21 +357,26 @@ def _description(route: Route) -> str:
     return "\n\n".join(parts)
 
 
-def _body_examples(schema: dict[str, Any], schemas: dict[str, Any]) -> dict[str, Any]:
+def _body_examples(schema: JsonObject, schemas: dict[str, JsonObject]) -> dict[str, Example]:
     """Named examples of a request body: its own, or one per `oneOf` member that has any."""
-    examples: dict[str, Any] = {}
-    for index, value in enumerate(schema.get("examples", [])):
+    # pydantic writes `examples` as a list, `oneOf` as a list of objects, `$ref`, `title` and
+    # `description` as text: the casts say so.
+    examples: dict[str, Example] = {}
+    for index, value in enumerate(cast(list[JsonValue], schema.get("examples", []))):
         examples[f"example{index + 1}"] = {"value": value}
-    for member in schema.get("oneOf", []):
-        target = schemas.get(member.get("$ref", "").rsplit("/", 1)[-1], member)
-        for value in target.get("examples", [])[:1]:
-            name = target.get("title", f"option{len(examples) + 1}")
-            examples[name] = {"summary": target.get("description", name), "value": value}
+    for member in cast(list[JsonObject], schema.get("oneOf", [])):
+        ref = cast(str, member.get("$ref", ""))
+        target = schemas.get(ref.rsplit("/", 1)[-1], member)
+        for value in cast(list[JsonValue], target.get("examples", []))[:1]:
+            name = cast(str, target.get("title", f"option{len(examples) + 1}"))
+            examples[name] = {"summary": cast(str, target.get("description", name)), "value": value}
     return examples
 
 
-def build_openapi(routes: list[Route], *, title: str, description: str) -> dict[str, Any]:
-    models: list[tuple[type[BaseModel], Any]] = [(ErrorResponse, "serialization")]
+def build_openapi(routes: list[Route], *, title: str, description: str) -> OpenApiDocument:
+    models: list[tuple[type[BaseModel], Literal["validation", "serialization"]]] = [
+        (ErrorResponse, "serialization")
+    ]
     for route in routes:
         if route.body is not None:
             models.append((route.body, "validation"))
@@ -308,29 +387,27 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> dict[
                 models.append((params, "validation"))
     unique = list(dict.fromkeys(models))
     refs, top = models_json_schema(unique, ref_template=REF, schema_generator=_SchemaGenerator)
-    schemas: dict[str, Any] = dict(top.get("$defs", {}))
+    schemas: dict[str, JsonObject] = dict(top.get("$defs", {}))
 
-    def resolve(
-        model: type[BaseModel], mode: Literal["validation", "serialization"]
-    ) -> dict[str, Any]:
-        ref = refs[(model, mode)]["$ref"]
+    def resolve(model: type[BaseModel], mode: Literal["validation", "serialization"]) -> JsonObject:
+        ref: str = refs[(model, mode)]["$ref"]
         return schemas[ref.rsplit("/", 1)[1]]
 
-    paths: dict[str, dict[str, Any]] = {}
+    paths: dict[str, dict[str, Operation]] = {}
     for route in routes:
-        operation: dict[str, Any] = {
+        operation: Operation = {
             "operationId": route.name,
             "summary": route.summary,
             "tags": [route.tag],
             "security": _SECURITY[route.auth],
             "x-auth": route.auth.value,
+            "description": _description(route),
         }
-        operation["description"] = _description(route)
         if route.guarded:
             operation["x-guarded"] = True
         if route.sends_messages:
             operation["x-sends-messages"] = True
-        parameters = []
+        parameters: list[Parameter] = []
         for location, model in (
             ("path", route.path_params),
             ("query", route.query),
@@ -339,9 +416,9 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> dict[
             if model is None:
                 continue
             schema = resolve(model, "validation")
-            required = set(schema.get("required", []))
-            for name, prop in schema.get("properties", {}).items():
-                param = {
+            required = set(cast(list[str], schema.get("required", [])))
+            for name, prop in cast(dict[str, JsonObject], schema.get("properties", {})).items():
+                param: Parameter = {
                     "name": name,
                     "in": location,
                     "required": location == "path" or name in required,
@@ -356,7 +433,7 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> dict[
             body_schema = resolve(route.body, "validation")
             # An empty body counts as `{}`: a body with no required field may be left out.
             optional = body_schema.get("type") == "object" and not body_schema.get("required")
-            media: dict[str, Any] = {"schema": refs[(route.body, "validation")]}
+            media: MediaType = {"schema": refs[(route.body, "validation")]}
             examples = _body_examples(body_schema, schemas)
             if examples:
                 media["examples"] = examples
@@ -365,7 +442,7 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> dict[
                 "required": not optional,
                 "content": {media_type: media for media_type in media_types},
             }
-        responses: dict[str, Any] = {}
+        responses: dict[str, Response] = {}
         if route.response is not None:
             responses[str(route.status)] = {
                 "description": route.response.__doc__.strip().splitlines()[0]
@@ -408,9 +485,10 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> dict[
     for name in ("ErrorResponse",):
         schemas.setdefault(name, resolve(ErrorResponse, "serialization"))
     # Generated from every route's declared errors, so no code can be missing from the list.
-    schemas["ErrorResponse"]["examples"] = [
-        error_example(answered.error, code) for code, answered in all_errors(routes).items()
-    ]
+    schemas["ErrorResponse"]["examples"] = cast(
+        list[JsonValue],
+        [error_example(answered.error, code) for code, answered in all_errors(routes).items()],
+    )
     return {
         "openapi": "3.1.0",
         "info": {"title": title, "version": API_VERSION, "description": description},

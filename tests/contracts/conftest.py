@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from web3 import Web3
 
-from marketplace.devnet.anvil import AnvilProcess
-from marketplace.devnet.deploy import Deployment, deploy_dev_defaults
+from marketplace_devstack.devnet.anvil import AnvilProcess
+from marketplace_devstack.devnet.deploy import Deployment, deploy_dev_defaults
 from tests.contracts.helpers import Actors, Chain
 
 

@@ -6,8 +6,8 @@ real transactions, optionally at an exact timestamp (``evm_setNextBlockTimestamp
 gas limit so no gas estimation runs at a different time.
 
 The enums and EIP-712 signing helpers (``marketplace.chain``) and the amounts and revert
-decoding (``marketplace.devnet.client``) live in the package and are re-exported here; what stays
-is test-only: the ``Chain`` driver (exact timestamps, fixed gas, ``reverts`` assertions),
+decoding (``marketplace_devstack.devnet.client``) live in the packages and are re-exported here;
+what stays is test-only: the ``Chain`` driver (exact timestamps, fixed gas, ``reverts`` assertions),
 ``Actors`` and ``h``.
 """
 
@@ -49,7 +49,7 @@ from marketplace.chain.enums import (
     ProjectMode,
     ProjectStatus,
 )
-from marketplace.devnet.client import (
+from marketplace_devstack.devnet.client import (
     DAY,
     HOUR,
     USDC,
@@ -58,7 +58,7 @@ from marketplace.devnet.client import (
     decode_revert,
     decode_struct,
 )
-from marketplace.devnet.deploy import (
+from marketplace_devstack.devnet.deploy import (
     ANVIL_PRIVATE_KEYS,
     DEV_VERIFIER_PRIVATE_KEY,
     Deployment,
@@ -149,10 +149,12 @@ class Chain:
         self.registry = contract_at(w3, "MarketplaceRegistry", deployment.registry)
         self.a = Actors.from_dev_keys()
         self._project_abi = load_artifact("MarketplaceProject")["abi"]
-        self._state_abi = next(
-            i["outputs"][0]
-            for i in self._project_abi
-            if i["type"] == "function" and i["name"] == "getProjectState"
+        self._state_abi: dict[str, Any] = dict(
+            next(
+                i["outputs"][0]
+                for i in self._project_abi
+                if i["type"] == "function" and i["name"] == "getProjectState"
+            )
         )
         self._nonces = itertools.count(1)
 

@@ -11,7 +11,7 @@ import rlp
 from eth_utils import keccak, to_checksum_address
 from web3.contract import Contract
 
-from marketplace.devnet.deploy import ANVIL_PRIVATE_KEYS, DEV_VERIFIER_PRIVATE_KEY
+from marketplace_devstack.devnet.deploy import ANVIL_PRIVATE_KEYS, DEV_VERIFIER_PRIVATE_KEY
 from tests.contracts.helpers import (
     ANONYMOUS,
     DAY,

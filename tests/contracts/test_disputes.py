@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from web3.contract import Contract
 
-from marketplace.devnet.deploy import ANVIL_PRIVATE_KEYS, DEV_VERIFIER_PRIVATE_KEY
+from marketplace_devstack.devnet.deploy import ANVIL_PRIVATE_KEYS, DEV_VERIFIER_PRIVATE_KEY
 from tests.contracts.helpers import (
     ANONYMOUS,
     DAY,

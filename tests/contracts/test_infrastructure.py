@@ -10,8 +10,13 @@ from eth_account import Account
 from web3 import Web3
 
 from marketplace.chain import artifacts
-from marketplace.devnet.anvil import ANVIL_BIN_ENV, AnvilError, AnvilProcess, find_anvil_binary
-from marketplace.devnet.deploy import (
+from marketplace_devstack.devnet.anvil import (
+    ANVIL_BIN_ENV,
+    AnvilError,
+    AnvilProcess,
+    find_anvil_binary,
+)
+from marketplace_devstack.devnet.deploy import (
     ANVIL_PRIVATE_KEYS,
     DEV_VERIFIER_PRIVATE_KEY,
     Deployment,

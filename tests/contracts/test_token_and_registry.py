@@ -8,7 +8,7 @@ from eth_account import Account
 from eth_account.messages import encode_typed_data
 from eth_utils import keccak
 
-from marketplace.devnet.deploy import DEV_VERIFIER_PRIVATE_KEY
+from marketplace_devstack.devnet.deploy import DEV_VERIFIER_PRIVATE_KEY
 from tests.contracts.helpers import (
     ANONYMOUS,
     ATTESTATION_TYPES,
@@ -231,7 +231,7 @@ def test_config_changes_only_affect_projects_not_yet_open(chain: Chain) -> None:
 
 def test_eip712_hashing_matches_eth_account(chain: Chain) -> None:
     reg = chain.registry.functions
-    domain = verifier_domain(chain.chain_id, chain.registry.address)
+    domain = dict(verifier_domain(chain.chain_id, chain.registry.address))
     project = chain.create_standard()
     message = {
         "project": project.address,

@@ -34,9 +34,13 @@ from web3 import Web3
 from web3.types import RPCEndpoint
 
 from marketplace.config import Settings
-from marketplace.devnet.anvil import AnvilProcess
-from marketplace.devnet.deploy import DEV_VERIFIER_PRIVATE_KEY, Deployment, deploy_dev_defaults
 from marketplace.http.server import JsonErrorsAppRunner
+from marketplace_devstack.devnet.anvil import AnvilProcess
+from marketplace_devstack.devnet.deploy import (
+    DEV_VERIFIER_PRIVATE_KEY,
+    Deployment,
+    deploy_dev_defaults,
+)
 from tests.api.records.conftest import seed_dispute, seed_project
 from tests.conftest import (
     Servers,

@@ -82,7 +82,7 @@ def _document() -> dict[str, Any]:
         notification_unsubscribe_secret=SecretStr("unused-" + "u" * 32),
     )
     routes = create_app(settings)[ROUTES]
-    return build_openapi(routes, title=API_TITLE, description=api_description(routes))
+    return dict(build_openapi(routes, title=API_TITLE, description=api_description(routes)))
 
 
 # Responses that never end (the live event stream stays open until the client leaves): the

@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, get_type_hints
 
 import pytest
 from eth_abi import encode
 from eth_utils import to_checksum_address
 
 from marketplace.chain.abi import ContractAbi, _address_style, _normalize, abi_type
-from marketplace.chain.artifacts import artifact_names
+from marketplace.chain.artifacts import AbiParam, artifact_names
+from marketplace.chain.project_state import MilestoneState, ProjectCreated, ProjectState
 
 
-def _value(param: dict[str, Any], rng: random.Random) -> Any:
+def _value(param: AbiParam, rng: random.Random) -> Any:
     kind = param["type"]
     if kind.endswith("[]"):
-        element = dict(param, type=kind[:-2])
+        element: AbiParam = {**param, "type": kind[:-2]}
         return [_value(element, rng) for _ in range(rng.randint(0, 3))]
     if kind == "tuple":
         return tuple(_value(c, rng) for c in param["components"])
@@ -38,7 +39,7 @@ def _value(param: dict[str, Any], rng: random.Random) -> Any:
     raise AssertionError(kind)
 
 
-def _generic(params: list[dict[str, Any]], data: bytes, checksum: bool) -> list[Any]:
+def _generic(params: list[AbiParam], data: bytes, checksum: bool) -> list[Any]:
     from eth_abi import decode
 
     values = decode([abi_type(p) for p in params], data)
@@ -86,3 +87,31 @@ def test_fast_event_decoding_matches_eth_abi(name: str) -> None:
             strict=True,
         ):
             assert got[param["name"]] == value, event.signature
+
+
+_PYTHON_TYPES = {"address": str, "bool": bool, "bytes32": str}
+
+
+def _python_type(param: AbiParam) -> type:
+    kind = param["type"]
+    return _PYTHON_TYPES.get(kind, int if kind.startswith(("uint", "int")) else object)
+
+
+def _assert_typed_dict_matches(typed_dict: type, params: list[AbiParam]) -> None:
+    hints = get_type_hints(typed_dict)
+    assert list(hints) == [p["name"] for p in params], typed_dict.__name__
+    for param in params:
+        if param["type"] in ("tuple", "tuple[]"):
+            continue  # the nested struct is checked on its own
+        assert hints[param["name"]] is _python_type(param), (typed_dict.__name__, param)
+
+
+def test_project_state_typed_dicts_match_the_abi() -> None:
+    """The TypedDicts callers read decoded structs and events through name every member, in
+    order, with the Python type the decoder gives it."""
+    (state,) = ContractAbi.load("MarketplaceProject").functions["getProjectState"].abi["outputs"]
+    _assert_typed_dict_matches(ProjectState, state["components"])
+    (milestones,) = [c for c in state["components"] if c["name"] == "milestones"]
+    _assert_typed_dict_matches(MilestoneState, milestones["components"])
+    created = ContractAbi.load("MarketplaceRegistry").events["ProjectCreated"]
+    _assert_typed_dict_matches(ProjectCreated, created.abi["inputs"])

@@ -104,7 +104,7 @@ def routes() -> list[Route]:
 
 
 def document() -> dict[str, Any]:
-    return build_openapi(routes(), title="widgets", description="test document")
+    return dict(build_openapi(routes(), title="widgets", description="test document"))
 
 
 def listed(operation: dict[str, Any]) -> dict[str, list[str]]:
