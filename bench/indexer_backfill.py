@@ -5,7 +5,7 @@ Usage: ``.venv/bin/python bench/indexer_backfill.py [--projects 10000] [--milest
 
 1. a scratch embedded PostgreSQL (migrated) and Redis in a temporary directory, and an anvil with
    the reference contracts deployed;
-2. ``marketplace devnet seed`` (the same :class:`~marketplace.devnet.seed.Seeder`)
+2. ``marketplace devnet seed`` (the same :class:`~marketplace_devstack.devnet.seed.Seeder`)
    fills the chain with ``--projects`` projects in every status, ``--milestones`` per standard
    project; the seeded anvil state is kept under ``--state-cache`` (a temporary directory, never
    the repository) and later runs with the same parameters start anvil from it;
@@ -55,17 +55,17 @@ from web3 import Web3  # noqa: E402
 from bench.report import add_output_option, write_report  # noqa: E402
 from marketplace.chain.artifacts import DIGEST_FILE, artifacts_dir  # noqa: E402
 from marketplace.chain.rpc import JsonRpcClient  # noqa: E402
-from marketplace.devnet.anvil import AnvilProcess, find_anvil_binary, rpc_call  # noqa: E402
-from marketplace.devnet.client import DevnetClient  # noqa: E402
-from marketplace.devnet.deploy import Deployment, deploy_dev_defaults  # noqa: E402
-from marketplace.devnet.seed import DEFAULT_BLOCK_GAS, Seeder  # noqa: E402
-from marketplace.embedded.postgres import EmbeddedPostgres  # noqa: E402
-from marketplace.embedded.redis import EmbeddedRedis  # noqa: E402
 from marketplace.indexer.engine import IndexerConfig, IndexerEngine  # noqa: E402
 from marketplace.storage.migrations import migrate_dsn  # noqa: E402
 from marketplace.storage.pool import create_pool  # noqa: E402
 from marketplace.storage.repositories import events as events_repo  # noqa: E402
 from marketplace.storage.repositories import indexer as repo  # noqa: E402
+from marketplace_devstack.devnet.anvil import AnvilProcess, find_anvil_binary, rpc_call  # noqa: E402
+from marketplace_devstack.devnet.client import DevnetClient  # noqa: E402
+from marketplace_devstack.devnet.deploy import Deployment, deploy_dev_defaults  # noqa: E402
+from marketplace_devstack.devnet.seed import DEFAULT_BLOCK_GAS, Seeder  # noqa: E402
+from marketplace_devstack.embedded.postgres import EmbeddedPostgres  # noqa: E402
+from marketplace_devstack.embedded.redis import EmbeddedRedis  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "indexer_backfill.json"
 # Seeded anvil states (never committed): one directory per cache_key().
@@ -318,7 +318,8 @@ def cache_key(args: argparse.Namespace) -> str:
     the contracts and the anvil binary."""
     digest = hashlib.sha256()
     digest.update(f"{args.projects}:{args.milestones}:{args.seed}:{args.block_gas}".encode())
-    for path in (ROOT / "marketplace/devnet/seed.py", ROOT / "marketplace/devnet/deploy.py"):
+    devnet = ROOT / "devstack" / "marketplace_devstack" / "devnet"
+    for path in (devnet / "seed.py", devnet / "deploy.py"):
         digest.update(path.read_bytes())
     digest.update(str(artifacts_dir().joinpath(DIGEST_FILE).read_text()).encode())
     binary = find_anvil_binary()

@@ -59,8 +59,11 @@ from web3 import Web3  # noqa: E402
 from bench.report import add_output_option, write_report  # noqa: E402
 from marketplace.chain.rpc import JsonRpcClient  # noqa: E402
 from marketplace.config import Settings  # noqa: E402
-from marketplace.devnet.anvil import AnvilProcess  # noqa: E402
-from marketplace.devnet.client import (  # noqa: E402
+from marketplace.indexer.engine import IndexerConfig, IndexerEngine  # noqa: E402
+from marketplace.storage.migrations import migrate_dsn  # noqa: E402
+from marketplace.storage.pool import create_pool  # noqa: E402
+from marketplace_devstack.devnet.anvil import AnvilProcess  # noqa: E402
+from marketplace_devstack.devnet.client import (  # noqa: E402
     DAY,
     MAX_UINT256,
     USDC,
@@ -68,13 +71,10 @@ from marketplace.devnet.client import (  # noqa: E402
     TxResult,
     label_hash,
 )
-from marketplace.devnet.deploy import Deployment, deploy_dev_defaults  # noqa: E402
-from marketplace.embedded.postgres import EmbeddedPostgres  # noqa: E402
-from marketplace.embedded.procs import free_port  # noqa: E402
-from marketplace.embedded.redis import EmbeddedRedis  # noqa: E402
-from marketplace.indexer.engine import IndexerConfig, IndexerEngine  # noqa: E402
-from marketplace.storage.migrations import migrate_dsn  # noqa: E402
-from marketplace.storage.pool import create_pool  # noqa: E402
+from marketplace_devstack.devnet.deploy import Deployment, deploy_dev_defaults  # noqa: E402
+from marketplace_devstack.embedded.postgres import EmbeddedPostgres  # noqa: E402
+from marketplace_devstack.embedded.procs import free_port  # noqa: E402
+from marketplace_devstack.embedded.redis import EmbeddedRedis  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "indexer_freshness.json"
 HTTP_POLL_SECONDS = 0.005

@@ -210,7 +210,7 @@ def serve_baseline(args: argparse.Namespace) -> None:
             rows = await boards_repo.entries_page(
                 pool, categories=wanted, window="all", sort="payout", limit=limit + 1, after=None
             )
-        items = [dict(row) for row in rows[:limit]]
+        items = [row._asdict() for row in rows[:limit]]
         body = {"items": items, "count": len(items), "nextCursor": None}
         return web.Response(
             body=json.dumps(body, default=str).encode(), content_type="application/json"
@@ -252,10 +252,10 @@ def start(name: str, mode: str, port: int, extra: list[str], log: Path) -> Serve
 
 
 async def read_phase(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
-    from marketplace.embedded.postgres import EmbeddedPostgres
-    from marketplace.embedded.procs import free_port
-    from marketplace.embedded.redis import EmbeddedRedis
     from marketplace.storage.migrations import migrate_dsn
+    from marketplace_devstack.embedded.postgres import EmbeddedPostgres
+    from marketplace_devstack.embedded.procs import free_port
+    from marketplace_devstack.embedded.redis import EmbeddedRedis
 
     postgres, redis_server = EmbeddedPostgres(data_dir), EmbeddedRedis(data_dir)
     servers: list[Server] = []
@@ -428,14 +428,14 @@ async def backfill_round(
 def backfill_phase(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     from web3 import Web3
 
-    from marketplace.devnet.anvil import AnvilProcess
-    from marketplace.devnet.client import DevnetClient
-    from marketplace.devnet.deploy import deploy_dev_defaults
-    from marketplace.devnet.seed import Seeder
-    from marketplace.embedded.postgres import EmbeddedPostgres
-    from marketplace.embedded.redis import EmbeddedRedis
     from marketplace.indexer.engine import IndexerConfig
     from marketplace.storage.migrations import migrate_dsn
+    from marketplace_devstack.devnet.anvil import AnvilProcess
+    from marketplace_devstack.devnet.client import DevnetClient
+    from marketplace_devstack.devnet.deploy import deploy_dev_defaults
+    from marketplace_devstack.devnet.seed import Seeder
+    from marketplace_devstack.embedded.postgres import EmbeddedPostgres
+    from marketplace_devstack.embedded.redis import EmbeddedRedis
 
     base = data_dir / "backfill"
     base.mkdir()

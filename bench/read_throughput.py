@@ -462,7 +462,7 @@ def profile(
 
 
 def ray_head(temp_dir: Path) -> tuple[str, Callable[[], None]]:
-    from marketplace.embedded.procs import free_port
+    from marketplace_devstack.embedded.procs import free_port
 
     ray_bin = Path(sys.executable).parent / "ray"
     port = free_port()
@@ -511,10 +511,10 @@ def ray_head(temp_dir: Path) -> tuple[str, Callable[[], None]]:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from marketplace.auth import issue_session_token
-    from marketplace.embedded.postgres import EmbeddedPostgres
-    from marketplace.embedded.procs import free_port
-    from marketplace.embedded.redis import EmbeddedRedis
     from marketplace.storage.migrations import migrate_dsn
+    from marketplace_devstack.embedded.postgres import EmbeddedPostgres
+    from marketplace_devstack.embedded.procs import free_port
+    from marketplace_devstack.embedded.redis import EmbeddedRedis
 
     data_dir = Path(tempfile.mkdtemp(prefix="mkt-bench-", dir="/tmp"))
     os.chmod(data_dir, 0o755)

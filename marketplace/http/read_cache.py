@@ -36,7 +36,6 @@ from aiohttp import web
 
 from marketplace.aio import raise_if_cancelling, wait_finished
 from marketplace.config import Settings
-from marketplace.events.consumer import EventHead, EventStream
 from marketplace.events.types import EVENT_MODELS
 from marketplace.http import keys
 from marketplace.metrics import (
@@ -45,6 +44,7 @@ from marketplace.metrics import (
     READ_CACHE_FOLLOWER_LAG,
     READ_CACHE_INVALIDATIONS,
 )
+from marketplace.outbox.consumer import EventHead, EventStream
 from marketplace.storage.pool import ServerState
 from marketplace.storage.pool import connect as pg_connect
 from marketplace.storage.repositories import events as events_repo
