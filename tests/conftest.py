@@ -28,11 +28,33 @@ from pydantic import SecretStr
 
 from marketplace.auth import issue_session_token
 from marketplace.config import Settings
-from marketplace.embedded.postgres import EmbeddedPostgres
-from marketplace.embedded.redis import EmbeddedRedis
 from marketplace.http.server import JsonErrorsTestServer
 from marketplace.storage.migrations import migrate_dsn
+from marketplace_devstack.embedded.postgres import EmbeddedPostgres
+from marketplace_devstack.embedded.redis import EmbeddedRedis
+from tests.support.apps import app_routes, client, make_client  # noqa: F401  (fixtures)
 from tests.support.smtp import smtp_server  # noqa: F401  (a fixture for every suite)
+
+pytest_plugins = ["tests.support.completeness"]
+
+# Under pytest-xdist (`--dist loadgroup`), a test file runs on one worker, so module-scoped
+# fixtures (a module's app, chain deployment, Ray namespace) are built once. These directories
+# run one file at a time on a single worker: they start Ray clusters of their own (`ray start`,
+# `marketplace up`) or kill processes on purpose, and their timings assume a worker not shared
+# with another such test.
+SERIAL_GROUP = "serial-processes"
+SERIAL_PATHS = ("tests/integration/multinode/", "tests/integration/up/", "tests/deploy/")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        path = item.path.relative_to(root).as_posix()
+        group = SERIAL_GROUP if path.startswith(SERIAL_PATHS) else path
+        item.add_marker(pytest.mark.xdist_group(group))
+
 
 JWT_SECRET = "test-session-secret-" + "x" * 24
 SCHEDULER_SECRET = "test-scheduler-secret-" + "y" * 24
@@ -156,9 +178,9 @@ async def reset_state(servers: Servers) -> None:
             await truncate
     finally:
         await conn.close()
-    client = redis_sync.Redis.from_url(servers.redis_url)
-    client.flushdb()
-    client.close()
+    redis_client = redis_sync.Redis.from_url(servers.redis_url)
+    redis_client.flushdb()
+    redis_client.close()
 
 
 async def _end_blockers(servers: Servers, pid: int) -> None:
@@ -191,15 +213,6 @@ def aiohttp_client(aiohttp_client: Any) -> Callable[..., Awaitable[Any]]:
         return await aiohttp_client(app_or_server, **kwargs)
 
     return client_for
-
-
-@pytest.fixture
-async def client(
-    aiohttp_client: Any, settings: Settings, ray_cluster: None, clean_state: None
-) -> Any:
-    from marketplace.http.app import create_app
-
-    return await aiohttp_client(create_app(settings))
 
 
 def make_token(

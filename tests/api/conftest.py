@@ -7,6 +7,7 @@ import pytest
 from marketplace.config import Settings
 from tests.api.probe import probe
 from tests.conftest import Servers, make_settings
+from tests.support.apps import app_client
 
 
 @pytest.fixture
@@ -22,6 +23,4 @@ def probe_settings(servers: Servers) -> Settings:
 async def probe_client(
     aiohttp_client: Any, probe_settings: Settings, ray_cluster: None, clean_state: None
 ) -> Any:
-    from marketplace.http.app import create_app
-
-    return await aiohttp_client(create_app(probe_settings, extra_routes=[probe]))
+    return await app_client(aiohttp_client, probe_settings, [probe])

@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from marketplace.devnet.anvil import AnvilProcess
+from marketplace_devstack.devnet.anvil import AnvilProcess
 from tests.api.identity.conftest import create_key
 from tests.api.records.conftest import HASH_A, linked_party, seed_project
 from tests.conftest import Servers, make_settings, new_user

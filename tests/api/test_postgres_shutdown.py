@@ -4,7 +4,6 @@ survive, every pool lets go so the server can actually stop, and all recovers on
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import signal
@@ -15,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from marketplace.embedded.postgres import EmbeddedPostgres
 from marketplace.storage.migrations import migrate_dsn
 from marketplace.storage.pool import ServerState, probe_server
+from marketplace_devstack.embedded.postgres import EmbeddedPostgres
 from tests.conftest import Servers, make_settings, new_user
+from tests.support.waiting import eventually
 
 
 @pytest.fixture
@@ -33,13 +33,6 @@ def own_postgres() -> Iterator[EmbeddedPostgres]:
     finally:
         server.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
-
-
-async def _eventually(check: Any, seconds: float, what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, what
-        await asyncio.sleep(0.1)
 
 
 async def test_smart_shutdown_is_reported_released_and_recovered(
@@ -61,14 +54,19 @@ async def test_smart_shutdown_is_reported_released_and_recovered(
     user = new_user()
     # Readiness makes the shard actors' pools connect too: every process holds connections.
     # (The shard actors of this namespace are new: starting them may outlast one check.)
-    await _eventually(lambda: _status_is(client, "/v1/health/ready", 200), 60, "never ready")
+    await eventually(
+        lambda: _status_is(client, "/v1/health/ready", 200), within=60, interval=0.1, what="ready"
+    )
     assert (await client.get("/v1/projects")).status == 200
     assert (await client.get("/v1/api-keys", headers=user.headers)).status == 200
 
     assert own_postgres.pid is not None
     os.kill(own_postgres.pid, signal.SIGTERM)  # smart shutdown: sessions may go on, new ones not
-    await _eventually(
-        lambda: _probe_is(own_postgres, ServerState.SHUTTING_DOWN), 5, "server never refused"
+    await eventually(
+        lambda: _probe_is(own_postgres, ServerState.SHUTTING_DOWN),
+        within=5,
+        interval=0.1,
+        what="the server to refuse connections",
     )
 
     resp = await client.get("/v1/health/ready")
@@ -87,13 +85,18 @@ async def test_smart_shutdown_is_reported_released_and_recovered(
     # Every pool (this frontend's and each shard actor's) closed its idle connections and the
     # dedicated ones (the event relay's) were closed, so the server finished its shutdown
     # instead of waiting for them forever.
-    await _eventually(
-        lambda: _exited(own_postgres), 15, "postgres kept waiting for our connections"
+    await eventually(
+        lambda: _exited(own_postgres),
+        within=15,
+        interval=0.1,
+        what="postgres to exit (not wait for our connections)",
     )
 
     own_postgres.start()
     # Once it is back, everything recovers without a restart.
-    await _eventually(lambda: _status_is(client, "/v1/health/ready", 200), 20, "never ready")
+    await eventually(
+        lambda: _status_is(client, "/v1/health/ready", 200), within=20, interval=0.1, what="ready"
+    )
     assert (await client.get("/v1/projects")).status == 200
     assert (await client.get("/v1/api-keys", headers=user.headers)).status == 200
 

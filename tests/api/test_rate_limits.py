@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 import redis.asyncio
 
-from marketplace.embedded.redis import EmbeddedRedis
 from marketplace.gcra import REDIS_RETRY_SECONDS
+from marketplace_devstack.embedded.redis import EmbeddedRedis
 from tests.api.probe import probe
 from tests.conftest import SCHEDULER_SECRET, Servers, bearer, make_settings, new_user
 
@@ -225,7 +225,7 @@ async def test_an_unreachable_key_set_is_a_503_not_a_failed_login(
 ) -> None:
     import jwt
 
-    from marketplace.embedded.procs import free_port
+    from marketplace_devstack.embedded.procs import free_port
 
     client = await _app_client(
         aiohttp_client,

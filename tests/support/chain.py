@@ -13,9 +13,9 @@ from eth_account import Account
 from web3 import Web3
 
 from marketplace.config import Settings
-from marketplace.devnet.anvil import AnvilProcess
-from marketplace.devnet.deploy import ANVIL_PRIVATE_KEYS, Deployment, deploy_dev_defaults
 from marketplace.indexer.engine import IndexerConfig, IndexerEngine
+from marketplace_devstack.devnet.anvil import AnvilProcess
+from marketplace_devstack.devnet.deploy import ANVIL_PRIVATE_KEYS, Deployment, deploy_dev_defaults
 from tests.conftest import Servers, make_settings
 from tests.contracts.helpers import Chain
 
@@ -60,18 +60,20 @@ def chain_settings(
     servers: Servers,
     process: AnvilProcess,
     deployment: Deployment,
-    namespace: str,
+    namespace: str | None = None,
     **extra: Any,
 ) -> Settings:
-    """App settings for this devnet; the tests drive the indexer themselves unless told."""
+    """App settings for this devnet (in the Ray ``namespace`` if given, else the suite's); the
+    tests drive the indexer themselves unless told."""
     values: dict[str, Any] = {
-        "ray_namespace": namespace,
         "chain_rpc_url": process.rpc_url,
         "chain_id": deployment.chain_id,
         "registry_address": deployment.registry,
         "chain_start_block": deployment.start_block,
         "indexer_enabled": False,
     }
+    if namespace is not None:
+        values["ray_namespace"] = namespace
     values.update(extra)
     return make_settings(servers, **values)
 

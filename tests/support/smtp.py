@@ -29,7 +29,7 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
-from marketplace.embedded.procs import free_port
+from marketplace_devstack.embedded.procs import free_port
 
 
 @dataclass(frozen=True)

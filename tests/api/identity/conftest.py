@@ -1,9 +1,9 @@
-"""Helpers of the identity API tests: app builders, wallets, keys and a guarded probe route."""
+"""Helpers of the identity API tests: wallets, keys and a guarded probe route the suite's apps
+serve."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -14,7 +14,7 @@ from pydantic import Field
 
 from marketplace.http.routing import AuthMode, Call, RouteTable
 from marketplace.types import RequestModel, ResponseModel
-from tests.conftest import Servers, User, make_settings
+from tests.conftest import Servers, User
 
 guarded_probe = RouteTable(tag="identity-probe")
 GUARDED_PATH = "/v1/_identity_probe/guarded"
@@ -45,26 +45,10 @@ async def probe_guarded(call: Call[ProbeBody, None, None]) -> ProbeResult:
     return ProbeResult(userId=str(call.require_principal().user_id), value=call.body.value)
 
 
-AppFactory = Callable[..., Awaitable[Any]]
-
-
 @pytest.fixture
-def make_client(
-    aiohttp_client: Any, servers: Servers, ray_cluster: None, clean_state: None
-) -> AppFactory:
-    """Build a client of a fresh app with settings overrides and the guarded probe route."""
-    from marketplace.http.app import create_app
-
-    async def build(**overrides: Any) -> Any:
-        settings = make_settings(servers, **overrides)
-        return await aiohttp_client(create_app(settings, extra_routes=[guarded_probe]))
-
-    return build
-
-
-@pytest.fixture
-async def client(make_client: AppFactory) -> Any:
-    return await make_client()
+def app_routes() -> list[RouteTable]:
+    """The suite's apps (``client``, ``make_client``) serve the guarded probe route too."""
+    return [guarded_probe]
 
 
 @pytest.fixture

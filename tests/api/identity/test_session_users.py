@@ -15,13 +15,13 @@ from marketplace.http import keys
 from marketplace.identity.permissions import set_flags
 from tests.api.identity.conftest import (
     GUARDED_PATH,
-    AppFactory,
     Wallet,
     agent,
     create_key,
     error_of,
 )
 from tests.conftest import User, bearer, make_token, new_user
+from tests.support.apps import AppFactory
 
 SLOW_FLUSH = {"session_record_flush_interval_ms": 60_000}
 SELECT_USER = "SELECT email_verified, email, session_iat FROM users WHERE user_id = $1"

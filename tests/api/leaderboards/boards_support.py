@@ -11,11 +11,11 @@ from typing import Any
 
 import asyncpg
 
-from marketplace.events.types import EventType, NewEvent
+from marketplace.events.types import EventType
 from marketplace.leaderboards.boards import BoardsConsumer, ConsumerConfig, consume_all
 from marketplace.storage.pool import Connection
-from marketplace.storage.repositories import events as events_repo
 from tests.api.records.conftest import random_address, seed_project
+from tests.support.raw_events import RawEvent, append_raw
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,10 @@ def ago(days: float) -> datetime:
 async def emit(
     db: asyncpg.Connection, type: EventType, subject: str, payload: dict[str, Any] | None = None
 ) -> None:
+    """Commit one event; its payload as given (the boards consumer reads types and subjects, and
+    a reorg's lists of projects), so it may leave out what the boards never read."""
     async with db.transaction():
-        await events_repo.append(db, [NewEvent(type, subject, payload or {})])
+        await append_raw(db, [RawEvent(type, subject, payload or {})])
 
 
 async def worker_project(

@@ -26,7 +26,6 @@ from tests.api.records.conftest import (
 from tests.conftest import Servers
 from tests.support import apps
 
-make_client = apps.make_client
 db = apps.db
 
 __all__ = [
@@ -66,14 +65,14 @@ def seed_sql() -> str:
 
 
 @pytest.fixture
-async def client(make_client: apps.AppFactory, servers: Servers) -> Any:
-    built = await make_client()
+async def client(client: Any, servers: Servers) -> Any:
+    """The shared ``client`` (tests/support/apps.py), with the seed applied after its reset."""
     conn = await asyncpg.connect(servers.database_url)
     try:
         await conn.execute(seed_sql())
     finally:
         await conn.close()
-    return built
+    return client
 
 
 def tags_path(project: str, milestone: int) -> str:

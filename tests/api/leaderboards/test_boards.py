@@ -34,6 +34,7 @@ from tests.api.leaderboards.boards_support import (
 from tests.api.leaderboards.conftest import error_code, linked_party, random_address
 from tests.conftest import Servers, new_user
 from tests.support import apps
+from tests.support.waiting import eventually
 
 ROW_FIELDS = {
     "rank",
@@ -388,12 +389,13 @@ async def test_the_consumer_in_the_app_keeps_the_board_current(
     try:
         (worker,) = addresses(1)
         await worker_project(db, worker, [Done(42)])
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if await wallets(running) == [worker]:
-                break
-            await asyncio.sleep(0.1)
-        assert await wallets(running) == [worker]
+        await eventually(
+            lambda: wallets(running),
+            until=lambda shown: shown == [worker],
+            within=20,
+            interval=0.1,
+            what="the worker on the board",
+        )
     finally:
         await db.close()
 

@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Iterator
 from typing import Any, Literal
 
-import asyncpg
 import pytest
 import ray
 from pydantic import Field
@@ -22,6 +21,7 @@ from marketplace.identity.permissions import set_flags
 from marketplace.types import RequestModel, ResponseModel
 from tests.api.identity.conftest import guarded_probe
 from tests.conftest import Servers, User, make_settings, new_user
+from tests.support import apps
 
 SUSPEND_AFTER = 3
 USER_SHARDS = 2
@@ -78,19 +78,13 @@ def settings(servers: Servers, namespace: str) -> Settings:
 
 
 @pytest.fixture
-async def client(aiohttp_client: Any, settings: Settings, clean_state: None) -> Any:
-    from marketplace.http.app import create_app
+def app_routes() -> list[RouteTable]:
+    """The suite's apps serve the send probe and the guarded probe routes too."""
+    return [send_probe, guarded_probe]
 
-    return await aiohttp_client(create_app(settings, extra_routes=[send_probe, guarded_probe]))
 
-
-@pytest.fixture
-async def db(servers: Servers, client: Any) -> Any:
-    conn = await asyncpg.connect(servers.database_url)
-    try:
-        yield conn
-    finally:
-        await conn.close()
+# A direct connection, opened after the client (tests/support/apps.py).
+db = apps.db
 
 
 async def signed_in(client: Any) -> User:

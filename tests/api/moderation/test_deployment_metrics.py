@@ -17,20 +17,24 @@ import pytest
 
 from marketplace.config import Settings
 from marketplace.http import keys
+from marketplace.http.routing import RouteTable
+from marketplace.jobs import new_job, payload_json
+from marketplace.notifications.models import DeliveryJobPayload
+from marketplace.notifications.sending import NOTIFICATIONS_QUEUE
 from marketplace.storage.repositories import jobs as jobs_repo
 from marketplace.storage.repositories import leaderboard_boards
 from marketplace.storage.repositories import notification_deliveries as deliveries_repo
 from marketplace.storage.repositories import verifier_jobs as verifier_repo
 from marketplace.verifier.execution import VERIFIER_QUEUE
-from tests.api.identity.conftest import guarded_probe
+from marketplace.verifier.models import VerifierJobPayload
 from tests.api.moderation.conftest import (
     SUSPEND_AFTER,
     USER_SHARDS,
     offend,
-    send_probe,
     signed_in,
 )
 from tests.conftest import Servers, make_settings
+from tests.support.apps import app_client
 
 
 @pytest.fixture
@@ -132,9 +136,16 @@ _disputes = itertools.count(1_700_000_000)
 
 
 async def insert_verifier_row(db: asyncpg.Pool, user_id: uuid.UUID, policy: str) -> uuid.UUID:
+    """A verifier job with its `verifier` queue job, as the create route writes them."""
     verifier_job_id = uuid.uuid4()
     await verifier_repo.insert(
         db,
+        job=new_job(
+            VERIFIER_QUEUE,
+            VerifierJobPayload(verifier_job_id=verifier_job_id),
+            max_attempts=1,
+            idempotency_key=str(verifier_job_id),
+        ),
         job_id=verifier_job_id,
         created_by=user_id,
         project_address="0x" + "ab" * 20,
@@ -152,25 +163,28 @@ async def insert_verifier_row(db: asyncpg.Pool, user_id: uuid.UUID, policy: str)
 
 
 async def enqueue_verifier_job(db: asyncpg.Pool, user_id: uuid.UUID, policy: str) -> int:
-    """A verifier job with its `verifier` queue job, as the create route writes them."""
+    """The id of a new verifier job's queue job."""
     verifier_job_id = await insert_verifier_row(db, user_id, policy)
-    queue_job_id, _ = await jobs_repo.enqueue(
-        db, VERIFIER_QUEUE.name, {"verifierJobId": str(verifier_job_id)}, max_attempts=1
+    queue_job_id: int = await db.fetchval(
+        "SELECT job_id FROM verifier_jobs WHERE id = $1", verifier_job_id
     )
-    await verifier_repo.set_queue_job(db, verifier_job_id, queue_job_id)
     return queue_job_id
 
 
 async def complete_verifier_job(
     db: asyncpg.Pool, user_id: uuid.UUID, policy: str, passes: bool
 ) -> None:
-    # Completed without a queue job: the row's own status is the one read.
+    # Completed with its queue job in one transaction, as the worker's completion does.
     verifier_job_id = await insert_verifier_row(db, user_id, policy)
     async with db.acquire() as conn, conn.transaction():
+        await conn.execute(
+            "UPDATE jobs SET status = 'completed', attempt_count = 1, finished_at = now()"
+            " WHERE id = (SELECT job_id FROM verifier_jobs WHERE id = $1)",
+            verifier_job_id,
+        )
         completed = await verifier_repo.complete(
             conn,
             verifier_job_id,
-            attempt_count=1,
             retention_days=30,
             passes=passes,
             evidence_hash="0x" + "00" * 32,
@@ -189,12 +203,12 @@ async def test_verifier_deliveries_and_consumer_lag(client: Any) -> None:
     # failed: claimed and failed for good (claimed first, so no other job is claimed instead).
     failed_job = await enqueue_verifier_job(db, user.user_id, "address-smoke")
     (claimed,) = await jobs_repo.claim(db, VERIFIER_QUEUE.name, "test-owner", 1, 30)
-    assert claimed["id"] == failed_job
-    assert await jobs_repo.fail(db, failed_job, "test-owner", 1, "boom") is not None
+    assert claimed.id == failed_job
+    assert await jobs_repo.fail(db, failed_job, "test-owner", 1, "boom", "boom") is not None
     # running: claimed and held.
     running_job = await enqueue_verifier_job(db, user.user_id, "github-ref")
     (claimed,) = await jobs_repo.claim(db, VERIFIER_QUEUE.name, "test-owner", 1, 30)
-    assert claimed["id"] == running_job
+    assert claimed.id == running_job
     # queued, twice.
     await enqueue_verifier_job(db, user.user_id, "github-ref")
     await enqueue_verifier_job(db, user.user_id, "github-ref")
@@ -205,10 +219,12 @@ async def test_verifier_deliveries_and_consumer_lag(client: Any) -> None:
 
     # Sent ones are written queued and then sent, as the sender does (sent_at comes with it).
     statuses = ["queued", "queued", "queued", "suppressed"]
+    ids = [uuid.uuid4() for _ in statuses]
     await deliveries_repo.insert_deliveries(
         db,
         [
             deliveries_repo.NewDelivery(
+                id=delivery_id,
                 event_id=event_id,
                 event_type="direct_message",
                 recipient_user_id=user.user_id,
@@ -216,9 +232,16 @@ async def test_verifier_deliveries_and_consumer_lag(client: Any) -> None:
                 reason="muted" if status == "suppressed" else None,
                 subject="s",
                 email=None if status == "suppressed" else "a@example.com",
+                job_payload=None
+                if status == "suppressed"
+                else payload_json(NOTIFICATIONS_QUEUE, DeliveryJobPayload(delivery_id=delivery_id)),
             )
-            for event_id, status in enumerate(statuses, start=1)
+            for event_id, (delivery_id, status) in enumerate(
+                zip(ids, statuses, strict=True), start=1
+            )
         ],
+        queue=NOTIFICATIONS_QUEUE.name,
+        max_attempts=1,
     )
     await db.execute(
         "UPDATE notification_deliveries SET status = 'sent', sent_at = now() "
@@ -263,14 +286,12 @@ async def test_verifier_deliveries_and_consumer_lag(client: Any) -> None:
 
 
 async def test_two_frontends_report_the_same_global_figures(
-    aiohttp_client: Any, client: Any, settings: Settings
+    aiohttp_client: Any, client: Any, settings: Settings, app_routes: list[RouteTable]
 ) -> None:
-    from marketplace.http.app import create_app
-
     user = await signed_in(client)
     await offend(client, user, 1)
     await enqueue_verifier_job(client.app[keys.PG_POOL], user.user_id, "npm-test")
-    other = await aiohttp_client(create_app(settings, extra_routes=[send_probe, guarded_probe]))
+    other = await app_client(aiohttp_client, settings, app_routes)
     first = deployment_figures(await scrape(client))
     second = deployment_figures(await scrape(other))
     assert first == second

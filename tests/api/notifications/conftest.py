@@ -16,10 +16,8 @@ from tests.api.records.conftest import error_code
 from tests.conftest import UNSUBSCRIBE_SECRET
 from tests.support import apps
 
-# The shared app fixtures (tests/support/apps.py).
-client = apps.client
+# A direct connection, opened after the shared ``client`` (tests/support/apps.py).
 db = apps.db
-make_client = apps.make_client
 
 __all__ = ["error_code", "moderation_admin", "signed_in"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import asyncpg
@@ -17,33 +17,28 @@ import pytest
 from eth_utils import to_checksum_address
 from prometheus_client import REGISTRY
 
-from marketplace.events.types import EventType, NewEvent
+from marketplace.events.types import EventType, NewEvent, ProjectChangedPayload
 from marketplace.http.read_cache import READ_CACHE, ReadCache
+from marketplace.jobs import new_job
 from marketplace.storage.pool import create_pool
 from marketplace.storage.repositories import events as events_repo
 from marketplace.storage.repositories import verifier_jobs as verifier_repo
+from marketplace.verifier.execution import VERIFIER_QUEUE
+from marketplace.verifier.models import VerifierJobPayload
 from tests.api.projects import seed
-from tests.conftest import Servers, make_settings, new_user
-
-AppFactory = Callable[..., Awaitable[Any]]
+from tests.conftest import Servers, new_user
+from tests.support import apps
+from tests.support.apps import AppFactory
+from tests.support.raw_events import RawEvent, append_raw
+from tests.support.waiting import eventually
 
 # Entries that outlive every test, and a lag bound no loaded test machine reaches: only events
 # and the clock end entries here (the lag test sets its own bound).
 LONG_AGE = {"read_cache_max_age_ms": 60_000, "read_cache_max_lag_ms": 5_000}
 
 
-@pytest.fixture
-def make_client(
-    aiohttp_client: Any, servers: Servers, ray_cluster: None, clean_state: None
-) -> AppFactory:
-    """Build a client of a fresh app with settings overrides (each call is another frontend on
-    the same PostgreSQL and Redis)."""
-    from marketplace.http.app import create_app
-
-    async def build(**overrides: Any) -> Any:
-        return await aiohttp_client(create_app(make_settings(servers, **overrides)))
-
-    return build
+# The shared app factory (tests/support/apps.py): each call is another frontend.
+make_client = apps.make_client
 
 
 @pytest.fixture
@@ -84,9 +79,8 @@ async def change(
                 conn,
                 [
                     NewEvent(
-                        type=EventType.PROJECT_CHANGED,
-                        subject=address,
-                        payload={"block": 1, "changes": {"title": "x"}, "milestones": []},
+                        address,
+                        ProjectChangedPayload(block=1, changes={"title": "x"}, milestones=[]),
                     )
                 ],
             )
@@ -111,15 +105,6 @@ async def title(client: Any, path: str, headers: dict[str, str] | None = None) -
     response = await client.get(path, headers=headers or {})
     assert response.status == 200, await response.text()
     return str((await response.json())["title"])
-
-
-async def eventually(check: Any, within: float = 2.0) -> float:
-    """Poll ``check`` (async, truthy when done) every 20 ms; returns the seconds it took."""
-    started = time.monotonic()
-    while not await check():
-        assert time.monotonic() - started < within, "condition not met in time"
-        await asyncio.sleep(0.02)
-    return time.monotonic() - started
 
 
 async def test_a_repeated_read_is_served_from_memory_with_every_middleware_guarantee(
@@ -178,7 +163,9 @@ async def test_an_event_written_through_one_frontend_invalidates_every_frontend(
             p["items"][0]["title"] == "After" for p in pages
         )
 
-    took = await eventually(both_see_it, within=1.0)
+    took = await eventually(
+        both_see_it, within=1.0, interval=0.02, what="both frontends to see the change"
+    )
     assert took < 1.0
     assert all(cache_of(c).serving() for c in (a, b))
 
@@ -201,6 +188,12 @@ async def test_a_verifier_result_reaches_cached_milestones_through_its_event(
     job_id = uuid.uuid4()
     await verifier_repo.insert(
         conn,
+        job=new_job(
+            VERIFIER_QUEUE,
+            VerifierJobPayload(verifier_job_id=job_id),
+            max_attempts=1,
+            idempotency_key=str(job_id),
+        ),
         job_id=job_id,
         created_by=creator,
         project_address=raw,
@@ -217,10 +210,14 @@ async def test_a_verifier_result_reaches_cached_milestones_through_its_event(
     # Through the service's pool (its JSON codecs), as the verifier worker completes a job.
     pool = await create_pool(servers.database_url, min_size=1, max_size=1)
     async with pool.acquire() as worker, worker.transaction():
+        await worker.execute(
+            "UPDATE jobs SET status = 'completed', attempt_count = 1, finished_at = now()"
+            " WHERE id = (SELECT job_id FROM verifier_jobs WHERE id = $1)",
+            job_id,
+        )
         assert await verifier_repo.complete(
             worker,
             job_id,
-            attempt_count=1,
             retention_days=30,
             passes=True,
             evidence_hash="0x" + "11" * 32,
@@ -242,17 +239,28 @@ async def test_a_verifier_result_reaches_cached_milestones_through_its_event(
             item.get("latestVerifierPasses")
         )
 
-    await eventually(shows_result, within=1.0)
+    await eventually(shows_result, within=1.0, interval=0.02, what="the list to show the result")
 
 
 async def test_a_follower_that_lags_behind_the_outbox_stops_the_cache_serving(
     make_client: AppFactory, conn: asyncpg.Connection
 ) -> None:
     # No relay runs: events reach PostgreSQL but never the stream, so the follower falls behind.
+    raw, address = await titled_project(conn)
+    # An event committed before the app starts: the follower reads it from PostgreSQL when it
+    # starts. Once it has, it waits on the stream alone, so the change below can only reach it
+    # through the relay. (Without this wait a follower that started late, on a busy machine,
+    # read the change from PostgreSQL too and was current.)
+    await change(conn, raw, SET_TITLE, "Before")
+    started_with = await events_repo.last_id(conn)
     client = await make_client(
         read_cache_max_age_ms=60_000, events_relay_enabled=False, read_cache_max_lag_ms=200
     )
-    raw, address = await titled_project(conn)
+
+    async def caught_up() -> bool:
+        return cache_of(client).position >= started_with
+
+    await eventually(caught_up, within=5.0, what="the follower to read the outbox's backlog")
     path = f"/v1/projects/{address}"
     assert await title(client, path) == "Before"
     assert await title(client, path) == "Before"
@@ -264,7 +272,7 @@ async def test_a_follower_that_lags_behind_the_outbox_stops_the_cache_serving(
         return await title(client, path) == "After"
 
     # Within the lag bound plus one probe, reads bypass the cache and show the change.
-    took = await eventually(fresh, within=1.0)
+    took = await eventually(fresh, within=1.0, interval=0.02, what="the fresh title")
     assert took < 0.2 + 0.2 + 0.3
     assert not cache_of(client).serving()
     assert bypasses("getProject", "not_serving") > before
@@ -386,7 +394,9 @@ async def test_an_open_project_turning_invite_only_is_hidden_from_cached_viewers
         ]
         return statuses == [404] * 4
 
-    await eventually(hidden_everywhere, within=1.0)
+    await eventually(
+        hidden_everywhere, within=1.0, interval=0.02, what="the project hidden everywhere"
+    )
     for client in (a, b):
         assert (await client.get(path, headers=owner.headers)).status == 200
 
@@ -461,19 +471,18 @@ async def test_the_follower_skips_other_types_and_clears_everything_on_an_unknow
 
     async with conn.transaction():
         # A chat message's payload is not even well-formed here: nothing reads it.
-        (chat,) = await events_repo.append(
-            conn, [NewEvent(type=EventType.CHAT_MESSAGE, subject=raw, payload={})]
-        )
-    await eventually(lambda: followed(chat))
+        (chat,) = await append_raw(conn, [RawEvent(EventType.CHAT_MESSAGE, raw)])
+    await eventually(
+        lambda: followed(chat), within=2.0, interval=0.02, what="the cache past the chat event"
+    )
     assert key in cache_of(client).entries
     await conn.execute(SET_TITLE, raw, "Silent")
     assert await title(client, path) == "Before"  # still served from memory
 
     async with conn.transaction():
-        (future,) = await events_repo.append(
-            conn, [NewEvent(type=EventType.CHAT_MESSAGE, subject=raw, payload={})]
-        )
-        await conn.execute("UPDATE events SET type = 'future.thing' WHERE id = $1", future)
-    await eventually(lambda: followed(future))
+        (future,) = await append_raw(conn, [RawEvent("future.thing", raw)])
+    await eventually(
+        lambda: followed(future), within=2.0, interval=0.02, what="the cache past the later event"
+    )
     assert key not in cache_of(client).entries
     assert await title(client, path) == "Silent"

@@ -19,10 +19,8 @@ from tests.api.identity.conftest import Wallet, link_wallet
 from tests.conftest import User, new_user
 from tests.support import apps
 
-# The shared app fixtures (tests/support/apps.py).
-client = apps.client
+# A direct connection, opened after the shared ``client`` (tests/support/apps.py).
 db = apps.db
-make_client = apps.make_client
 AppFactory = apps.AppFactory
 
 _positions = itertools.count(1)

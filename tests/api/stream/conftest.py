@@ -18,13 +18,11 @@ from typing import Any
 import asyncpg
 import pytest
 
-from marketplace.events.types import EventType, NewEvent
+from marketplace.events.types import NewEvent, ProjectChangedPayload
 from marketplace.storage.repositories import events as events_repo
 from tests.conftest import Servers
 from tests.support import apps
 
-# The shared app factory (tests/support/apps.py): each call is another frontend.
-make_client = apps.make_client
 AppFactory = apps.AppFactory
 _blocks = itertools.count(20_000)
 
@@ -46,9 +44,10 @@ async def commit_events(conn: asyncpg.Connection, events: list[NewEvent]) -> lis
 
 def project_changed(project: str, **changes: Any) -> NewEvent:
     return NewEvent(
-        EventType.PROJECT_CHANGED,
         project,
-        {"block": next(_blocks), "changes": changes or {"status": "building"}, "milestones": []},
+        ProjectChangedPayload(
+            block=next(_blocks), changes=changes or {"status": "building"}, milestones=[]
+        ),
     )
 
 

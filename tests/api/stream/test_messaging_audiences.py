@@ -9,42 +9,50 @@ import uuid
 
 import asyncpg
 
-from marketplace.events.types import EventType, NewEvent
+from marketplace.events.types import (
+    ChatMessagePayload,
+    DmMessagePayload,
+    NewEvent,
+    ReportUpdatedPayload,
+    thread_subject,
+    user_subject,
+)
 from tests.api.records.conftest import linked_party, seed_project
 from tests.api.stream.conftest import AppFactory, change_project, commit_events, streaming
 
 
 def chat(project: str, sender: uuid.UUID, wallet: str) -> NewEvent:
-    payload = {
-        "messageId": str(uuid.uuid4()),
-        "projectAddress": project,
-        "senderUserId": str(sender),
-        "senderWalletAddress": wallet,
-    }
-    return NewEvent(EventType.CHAT_MESSAGE, project, payload)
+    payload = ChatMessagePayload(
+        messageId=str(uuid.uuid4()),
+        projectAddress=project,
+        senderUserId=str(sender),
+        senderWalletAddress=wallet,
+    )
+    return NewEvent(project, payload)
 
 
 def dm(sender: uuid.UUID, recipient: uuid.UUID) -> NewEvent:
-    payload = {
-        "messageId": str(uuid.uuid4()),
-        "threadId": str(uuid.uuid4()),
-        "senderUserId": str(sender),
-        "recipientUserId": str(recipient),
-    }
-    return NewEvent(EventType.DM_MESSAGE, payload["threadId"], payload)
+    thread = uuid.uuid4()
+    payload = DmMessagePayload(
+        messageId=str(uuid.uuid4()),
+        threadId=str(thread),
+        senderUserId=str(sender),
+        recipientUserId=str(recipient),
+    )
+    return NewEvent(thread_subject(thread), payload)
 
 
 def report_updated(reporter: uuid.UUID, author: uuid.UUID) -> NewEvent:
-    payload = {
-        "reportId": str(uuid.uuid4()),
-        "messageId": str(uuid.uuid4()),
-        "reporterUserId": str(reporter),
-        "authorUserId": str(author),
-        "status": "reviewing",
-        "previousStatus": "open",
-        "bodyStatus": "reported",
-    }
-    return NewEvent(EventType.REPORT_UPDATED, payload["reportId"], payload)
+    payload = ReportUpdatedPayload(
+        reportId=str(uuid.uuid4()),
+        messageId=str(uuid.uuid4()),
+        reporterUserId=str(reporter),
+        authorUserId=str(author),
+        status="reviewing",
+        previousStatus="open",
+        bodyStatus="reported",
+    )
+    return NewEvent(user_subject(reporter), payload)
 
 
 async def test_chat_reaches_the_projects_parties_only(

@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 
-from marketplace.events.types import EventType, NewEvent
+from marketplace.events.types import BidDraftCreatedPayload, NewEvent
 from marketplace.http.routes.stream import STREAM_HUB
 from tests.api.identity.conftest import create_key
 from tests.api.records.conftest import error_code, linked_party, seed_project
@@ -28,6 +28,7 @@ from tests.api.stream.conftest import (
     streaming,
 )
 from tests.conftest import Servers, bearer, make_token, new_user
+from tests.support.waiting import eventually
 
 
 def sample(name: str, **labels: str) -> float:
@@ -76,15 +77,14 @@ async def test_owner_and_worker_get_project_changes_and_a_stranger_does_not(
             db,
             [
                 NewEvent(
-                    EventType.BID_DRAFT_CREATED,
                     project,
-                    {
-                        "draftId": "d",
-                        "projectAddress": project,
-                        "bidderAddress": worker.lower,
-                        "draftHash": "0x" + "11" * 32,
-                        "userId": str(worker.user.user_id),
-                    },
+                    BidDraftCreatedPayload(
+                        draftId="d",
+                        projectAddress=project,
+                        bidderAddress=worker.lower,
+                        draftHash="0x" + "11" * 32,
+                        userId=str(worker.user.user_id),
+                    ),
                 )
             ],
         )
@@ -194,10 +194,12 @@ async def test_resume_reads_from_postgres_when_the_redis_stream_was_trimmed(
     redis = aioredis.Redis.from_url(servers.redis_url)
     try:
         # Wait for the relay to have copied them, then drop the whole stream.
-        deadline = time.monotonic() + 10
-        while await last_stream_id(redis) < missed[-1]:
-            assert time.monotonic() < deadline, "relay did not copy the events"
-            await asyncio.sleep(0.05)
+        await eventually(
+            lambda: last_stream_id(redis),
+            until=lambda last: last >= missed[-1],
+            within=10,
+            what="the relay to copy the events",
+        )
         await redis.xtrim("marketplace:events", maxlen=0)
         assert await redis.xlen("marketplace:events") == 0
     finally:

@@ -12,13 +12,13 @@ from eth_account.messages import encode_defunct
 
 from marketplace.chain.rpc import JsonRpcClient
 from marketplace.config import Settings
-from marketplace.devnet.anvil import AnvilProcess
-from marketplace.devnet.deploy import Deployment
-from marketplace.http.app import create_app
 from marketplace.indexer.engine import IndexerEngine
 from marketplace.storage.pool import create_pool
+from marketplace_devstack.devnet.anvil import AnvilProcess
+from marketplace_devstack.devnet.deploy import Deployment
 from tests.conftest import Servers, reset_state
 from tests.contracts.helpers import Chain
+from tests.support import apps
 from tests.support.chain import (
     KEY_OF,
     indexer_config,
@@ -57,7 +57,7 @@ async def app_client(
     chain: Chain,
 ) -> Any:
     await reset_state(servers)
-    return await aiohttp_client(create_app(chain_settings(servers, devnet, module_namespace)))
+    return await apps.app_client(aiohttp_client, chain_settings(servers, devnet, module_namespace))
 
 
 @pytest.fixture

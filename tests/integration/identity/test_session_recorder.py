@@ -16,7 +16,8 @@ from prometheus_client import REGISTRY
 from marketplace.identity.permissions import flags_of, set_flags
 from marketplace.identity.session_recorder import SessionRecorder
 from marketplace.storage.pool import create_pool
-from tests.conftest import Servers, reset_state
+from tests.conftest import Servers
+from tests.support.db import open_pool
 
 NOW = int(time.time())
 SELECT_USER = """
@@ -27,12 +28,8 @@ FROM users WHERE user_id = $1
 
 @pytest.fixture
 async def pool(servers: Servers) -> AsyncIterator[asyncpg.Pool]:
-    await reset_state(servers)
-    pool = await create_pool(servers.database_url, min_size=1, max_size=4)
-    try:
+    async with open_pool(servers, max_size=4) as pool:
         yield pool
-    finally:
-        await pool.close()
 
 
 def recorder_for(pool: asyncpg.Pool, **options: Any) -> SessionRecorder:

@@ -12,19 +12,18 @@ import asyncpg
 import pytest
 
 from marketplace.chain.rpc import JsonRpcClient
-from marketplace.devnet.anvil import AnvilProcess
-from marketplace.devnet.deploy import Deployment
+from marketplace.config import Settings
 from marketplace.indexer.engine import IndexerEngine
-from marketplace.storage.pool import create_pool
+from marketplace_devstack.devnet.anvil import AnvilProcess
+from marketplace_devstack.devnet.deploy import Deployment
 from tests.api.leaderboards.boards_support import board, consume
 from tests.conftest import Servers
 from tests.contracts.helpers import Chain, h
-from tests.support import apps
-from tests.support.chain import indexer_config, reverting_chain, start_devnet
+from tests.support.chain import chain_settings, indexer_config, reverting_chain, start_devnet
 from tests.support.chain import sync as sync_engine
+from tests.support.db import open_pool
 
 USDC = 10**6
-make_client = apps.make_client
 
 
 @pytest.fixture(scope="module")
@@ -40,22 +39,15 @@ def chain(devnet: tuple[AnvilProcess, Deployment]) -> Iterator[Chain]:
 
 
 @pytest.fixture
-async def client(make_client: apps.AppFactory, devnet: tuple[AnvilProcess, Deployment]) -> Any:
-    process, deployment = devnet
-    return await make_client(
-        chain_rpc_url=process.rpc_url,
-        chain_id=deployment.chain_id,
-        registry_address=deployment.registry,
-        chain_start_block=deployment.start_block,
-        indexer_enabled=False,
-    )
+def settings(servers: Servers, devnet: tuple[AnvilProcess, Deployment]) -> Settings:
+    return chain_settings(servers, *devnet)
 
 
 @pytest.fixture
 async def pool(servers: Servers, client: Any) -> AsyncIterator[asyncpg.Pool]:
-    pool = await create_pool(servers.database_url, min_size=1, max_size=4)
-    yield pool
-    await pool.close()
+    # After the client, whose reset empties the database.
+    async with open_pool(servers, max_size=4, reset=False) as pool:
+        yield pool
 
 
 @pytest.fixture

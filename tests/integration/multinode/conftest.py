@@ -12,13 +12,11 @@ the test talks to them over HTTP only, and reads actor placement through a drive
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -28,13 +26,14 @@ from typing import Any
 import aiohttp
 import pytest
 
-from marketplace.devnet.anvil import AnvilProcess
-from marketplace.devnet.deploy import DEV_VERIFIER_PRIVATE_KEY, Deployment
+from marketplace_devstack.devnet.anvil import AnvilProcess
+from marketplace_devstack.devnet.deploy import DEV_VERIFIER_PRIVATE_KEY, Deployment
 from tests.conftest import JWT_SECRET, SCHEDULER_SECRET, UNSUBSCRIBE_SECRET, Servers, reset_state
 from tests.integration.multinode.placement_driver import PREFIX
 from tests.support.chain import start_devnet
 from tests.support.ray_cluster import REPO_ROOT, Cluster, ray_environment, two_node_cluster
 from tests.support.verifier_fixtures import free_port
+from tests.support.waiting import eventually
 
 PROJECT_SHARDS = 4
 USER_SHARDS = 4
@@ -175,18 +174,22 @@ def stop_frontend(frontend: Frontend) -> None:
 
 
 async def wait_ready(frontend: Frontend, limit_s: float) -> None:
-    deadline = time.monotonic() + limit_s
     async with aiohttp.ClientSession() as session:
-        while True:
+
+        async def ready() -> bool:
             assert frontend.process.poll() is None, f"{frontend.name} exited:\n{frontend.tail()}"
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with session.get(
-                    f"{frontend.url}/v1/health/ready", timeout=aiohttp.ClientTimeout(total=10)
-                ) as resp:
-                    if resp.status == 200:
-                        return
-            assert time.monotonic() < deadline, f"{frontend.name} not ready:\n{frontend.tail()}"
-            await asyncio.sleep(0.3)
+            async with session.get(
+                f"{frontend.url}/v1/health/ready", timeout=aiohttp.ClientTimeout(total=10)
+            ) as resp:
+                return resp.status == 200
+
+        await eventually(
+            ready,
+            within=limit_s,
+            interval=0.3,
+            what=lambda: f"{frontend.name} to be ready:\n{frontend.tail()}",
+            retry_on=(aiohttp.ClientError, TimeoutError),
+        )
 
 
 @pytest.fixture(scope="module")

@@ -49,10 +49,10 @@ from tests.integration.multinode.workload import (
     post_job,
     prepare_claim,
     unique_body,
-    until,
 )
 from tests.support.chain import web3_for
 from tests.support.ray_cluster import HEAD_IP, SECOND_IP
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.slow
 STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_read=None, sock_connect=10)
@@ -206,7 +206,12 @@ async def test_two_frontends_share_actors_spread_over_both_nodes(
                     resp.status == 200 and (await resp.json()).get("title") == CLAIM_META["title"]
                 )
 
-        await until(b_serves_the_claim, 60, "B serves the project claimed through A")
+        await eventually(
+            b_serves_the_claim,
+            within=60,
+            what="B serves the project claimed through A",
+            interval=0.2,
+        )
         detail = await json_of(await b.get(f"/v1/projects/{world.building[1]}"), 200)
         assert detail["projectAddress"].lower() == world.building[1]
 
@@ -232,7 +237,7 @@ async def test_two_frontends_share_actors_spread_over_both_nodes(
                     return False
             return True
 
-        await until(all_completed, 90, "verifier jobs completed")
+        await eventually(all_completed, within=90, what="verifier jobs completed", interval=0.2)
         ran_on = set()
         for job_id in jobs:
             raw = await json_of(
@@ -434,8 +439,18 @@ async def test_losing_the_second_node_during_the_workload(
                 )
 
             routes_took, actors_took = await asyncio.gather(
-                until(routes_answer, ROUTES_BACK_WITHIN_SECONDS, "every route answers again"),
-                until(actors_back, ACTORS_BACK_WITHIN_SECONDS, "actors alive on the head"),
+                eventually(
+                    routes_answer,
+                    within=ROUTES_BACK_WITHIN_SECONDS,
+                    what="every route answers again",
+                    interval=0.2,
+                ),
+                eventually(
+                    actors_back,
+                    within=ACTORS_BACK_WITHIN_SECONDS,
+                    what="actors alive on the head",
+                    interval=0.2,
+                ),
             )
             routes_s = routes_took
             assert time.monotonic() - killed_at >= routes_s
@@ -460,7 +475,9 @@ async def test_losing_the_second_node_during_the_workload(
                     return False
             return True
 
-        jobs_took = await until(jobs_done, 60, "queued verifier jobs completed")
+        jobs_took = await eventually(
+            jobs_done, within=60, what="queued verifier jobs completed", interval=0.2
+        )
         print(f"node loss: the queued verifier jobs completed {jobs_took:.1f} s after recovery")
         for job_id in jobs:
             raw = await json_of(

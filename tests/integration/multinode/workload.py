@@ -27,6 +27,7 @@ from tests.conftest import User, make_token, new_user
 from tests.contracts.helpers import USDC, Chain
 from tests.integration.claims.conftest import accept_all_legal, link_dev_wallet
 from tests.support.disputes import disputed_project, set_policies
+from tests.support.waiting import eventually
 
 _serial = itertools.count(1)
 JOBS = "/v1/verifier/jobs"
@@ -37,7 +38,7 @@ def unique_body(what: str) -> str:
     return f"{what} {next(_serial)} {uuid.uuid4().hex[:12]}"
 
 
-# The shipped term list's test entry (marketplace/moderation/terms.py): a body with it is
+# The shipped term list's test entry (marketplace/wordfilter/terms.py): a body with it is
 # refused with 422 and records an offense on the sender's user shard.
 OFFENSIVE = "check badword-canary please"
 
@@ -244,15 +245,6 @@ class Recorder:
         return [o for o in self.outcomes if o.what == what and o.status == o.expected]
 
 
-async def until(predicate: Callable[[], Awaitable[bool]], limit_s: float, what: str) -> float:
-    """Seconds until ``predicate`` holds (polled); fails after ``limit_s``."""
-    started = time.monotonic()
-    while not await predicate():
-        assert time.monotonic() - started < limit_s, f"{what}: not within {limit_s} s"
-        await asyncio.sleep(0.2)
-    return time.monotonic() - started
-
-
 async def disputed_for_jobs(
     chain: Chain, db: asyncpg.Connection, count: int, delivery_ref: str, limit_s: float = 60.0
 ) -> list[str]:
@@ -275,7 +267,12 @@ async def disputed_for_jobs(
         )
         return int(found) == count
 
-    await until(indexed, limit_s, f"the indexer has the {count} disputed projects")
+    await eventually(
+        indexed,
+        within=limit_s,
+        interval=0.2,
+        what=f"the indexer to have the {count} disputed projects",
+    )
     for project in projects:
         await seed.metadata(db, project, chain.a.owner.lower())
         await set_policies(db, project, [(0, "address-smoke")])

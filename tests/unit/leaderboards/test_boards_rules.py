@@ -8,8 +8,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from marketplace.capabilities import CAPABILITIES
+from marketplace.cli_commands import CAPABILITY_COMMANDS
 from marketplace.errors import InvalidRequest
+from marketplace.events.types import EventType
+from marketplace.http.capabilities import CAPABILITIES
+from marketplace.http.leaderboard_consumer import boards_consumer
 from marketplace.leaderboards.boards import (
     CONSUMED_TYPES,
     CURSORS,
@@ -29,11 +32,11 @@ def event(type: str, subject: str, payload: str = "{}") -> StoredEvent:
     return StoredEvent(1, type, subject, payload, datetime.now(UTC))
 
 
-def test_the_capability_consumes_what_the_consumer_reads() -> None:
+def test_the_capability_runs_the_consumer_and_offers_the_admin_commands() -> None:
     (capability,) = [c for c in CAPABILITIES if c.name == "leaderboards"]
-    assert set(capability.consumes) == set(CONSUMED_TYPES)
-    assert "marketplace.http.leaderboard_consumer:boards_consumer" in capability.contexts
-    assert {(c.parent, c.name) for c in capability.cli} == {
+    assert boards_consumer in capability.contexts
+    assert set(CONSUMED_TYPES) <= set(EventType)
+    assert {(c.parent, c.name) for c in CAPABILITY_COMMANDS["leaderboards"]} == {
         ("admin", "categories"),
         ("admin", "leaderboards"),
     }
