@@ -11,11 +11,11 @@ directory removed afterwards:
 2. server processes, each started once and kept alive for the whole run:
    ``ours``: the real app (``create_app``) with its private Ray runtime (the project shard actors,
    ``MARKETPLACE_PROJECT_SHARDS`` of them) and the change-event relay;
-   ``baseline``: a bare aiohttp app that parses the same JSON and, in one transaction, INSERTs
-   the same ``messages`` row and appends the same ``chat.message`` outbox event with the app's
-   own SQL (``messages_repo.insert_chats``, one message per statement, order lock included), then
-   answers the same JSON with 201 (no auth, no Ray hop, no checks, no term filter: the sender's
-   user id comes from a header);
+   ``baseline``: a bare aiohttp app that parses the same JSON, INSERTs the same ``messages`` row
+   and appends the same ``chat.message`` outbox event in one self-committing statement
+   (``BASELINE_INSERT``, one message per statement, order lock included), then answers the same
+   JSON with 201 (no auth, no Ray hop, no checks, no term filter: the sender's user id comes
+   from a header);
    ``baseline+checks``: the same plus, before the transaction, the send rules' queries as the
    shard runs them (``chat.authorize_send``: the caller's active wallets, the project through
    the read API's visibility predicate, the sender wallet being the owner or the selected
@@ -227,17 +227,45 @@ def serve_ours(args: argparse.Namespace) -> None:
     asyncio.run(serve(create_app(settings), "127.0.0.1", args.port))
 
 
+# The baseline's insert: a chat message and its event in one statement that commits by itself
+# (outside a transaction), the order lock taken after the row exists and held only while the
+# server commits. The app stores a shard's batch of sends in one transaction instead.
+BASELINE_INSERT = """
+WITH change AS (
+    INSERT INTO messages (id, kind, project_address, sender_user_id, sender_wallet_address, body)
+    VALUES ($1, 'project_chat', $2, $3, $4, $5)
+    RETURNING {columns}
+),
+ordered AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock($6) AS locked, pg_notify($7, '') AS woken
+    WHERE EXISTS (SELECT FROM change)
+),
+appended AS (
+    INSERT INTO events (type, subject, payload)
+    SELECT $8, $2, $9::text::jsonb FROM ordered
+    RETURNING id
+)
+SELECT * FROM change
+"""
+
+
 def serve_baseline(args: argparse.Namespace) -> None:
-    """The floor: what storing one chat message costs without the app around it. The SQL is the
-    app's own (``messages_repo.insert_chats`` with one message: the row and its ``chat.message``
-    event in one self-committing statement, order lock included); with ``--checks`` also the send
-    rules' queries (``chat.authorize_send``: the caller's active wallets and the project through
-    the visibility predicate in one query, owner or selected worker), on the same connection
-    before the insert, as the shard runs them. No group commit: one statement per request."""
+    """The floor: what storing one chat message costs without the app around it, at its
+    cheapest: the app's ``messages`` row and its ``chat.message`` event (the app's payload model)
+    in one self-committing statement (:data:`BASELINE_INSERT`), so the events' order lock is held
+    only while the server commits; with ``--checks`` also the send rules' queries
+    (``chat.authorize_send``: the caller's active wallets and the project through the visibility
+    predicate in one query, owner or selected worker), on the same connection before the
+    insert, as the shard runs them. No batching: one statement per request."""
     from marketplace.errors import MarketplaceError
+    from marketplace.events.types import ChatMessagePayload, NewEvent
     from marketplace.messaging.chat import authorize_send
-    from marketplace.storage.pool import create_pool
+    from marketplace.storage import rows
+    from marketplace.storage.pool import create_pool, fetch_one
+    from marketplace.storage.repositories import events as events_repo
     from marketplace.storage.repositories import messages as messages_repo
+
+    statement = BASELINE_INSERT.format(columns=messages_repo.COLUMNS)
 
     pool_key: web.AppKey[asyncpg.Pool] = web.AppKey("pool", asyncpg.Pool)
     checks = args.checks
@@ -259,23 +287,39 @@ def serve_baseline(args: argparse.Namespace) -> None:
                     await authorize_send(conn, user_id, address, wallet)
                 except MarketplaceError as exc:
                     return refuse(exc.status, exc.code, exc.message)
-            message = messages_repo.NewChatMessage(
-                message_id=uuid.uuid4(),
-                project_address=address,
-                sender_user_id=user_id,
-                sender_wallet=wallet,
-                body=body,
+            message_id = uuid.uuid4()
+            event = NewEvent(
+                address,
+                ChatMessagePayload(
+                    messageId=str(message_id),
+                    projectAddress=address,
+                    senderUserId=str(user_id),
+                    senderWalletAddress=wallet,
+                ),
             )
-            (row,) = await messages_repo.insert_chats(conn, [message])
+            record = await fetch_one(
+                conn,
+                statement,
+                message_id,
+                address,
+                user_id,
+                wallet,
+                body,
+                events_repo.EVENTS_LOCK_KEY,
+                events_repo.WAKE_CHANNEL,
+                str(event.type),
+                event.payload_json(),
+            )
+            row = rows.one(messages_repo.MessageRow, record)
         answer = {
-            "id": str(row["id"]),
-            "kind": row["kind"],
-            "projectAddress": row["project_address"],
-            "senderUserId": str(row["sender_user_id"]),
-            "senderWalletAddress": row["sender_wallet_address"],
-            "body": row["body"],
-            "bodyStatus": row["body_status"],
-            "createdAt": row["created_at"].isoformat(),
+            "id": str(row.id),
+            "kind": row.kind,
+            "projectAddress": row.project_address,
+            "senderUserId": str(row.sender_user_id),
+            "senderWalletAddress": row.sender_wallet_address,
+            "body": row.body,
+            "bodyStatus": row.body_status,
+            "createdAt": row.created_at.isoformat(),
         }
         return web.Response(
             body=json.dumps(answer).encode(), status=201, content_type="application/json"
@@ -1056,10 +1100,10 @@ def load_average() -> list[float]:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from marketplace.config import Settings
-    from marketplace.embedded.postgres import EmbeddedPostgres
-    from marketplace.embedded.procs import free_port
-    from marketplace.embedded.redis import EmbeddedRedis
     from marketplace.storage.migrations import migrate_dsn
+    from marketplace_devstack.embedded.postgres import EmbeddedPostgres
+    from marketplace_devstack.embedded.procs import free_port
+    from marketplace_devstack.embedded.redis import EmbeddedRedis
 
     data_dir = Path(tempfile.mkdtemp(prefix="mkt-bench-msg-", dir="/tmp"))
     os.chmod(data_dir, 0o755)

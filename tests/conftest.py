@@ -38,12 +38,15 @@ from tests.support.smtp import smtp_server  # noqa: F401  (a fixture for every s
 pytest_plugins = ["tests.support.completeness"]
 
 # Under pytest-xdist (`--dist loadgroup`), a test file runs on one worker, so module-scoped
-# fixtures (a module's app, chain deployment, Ray namespace) are built once. These directories
-# run one file at a time on a single worker: they start Ray clusters of their own (`ray start`,
-# `marketplace up`) or kill processes on purpose, and their timings assume a worker not shared
-# with another such test.
-SERIAL_GROUP = "serial-processes"
-SERIAL_PATHS = ("tests/integration/multinode/", "tests/integration/up/", "tests/deploy/")
+# fixtures (a module's app, chain deployment, Ray namespace) are built once. The files under each
+# prefix below run one at a time on a single worker: they start Ray clusters of their own
+# (`ray start`) or whole `marketplace up` stacks and kill processes on purpose, and their timings
+# assume one such test at a time. The two groups may run at once on different workers.
+SERIAL_GROUPS = {
+    "tests/integration/multinode/": "ray-clusters",
+    "tests/integration/verifier/test_two_node.py": "ray-clusters",
+    "tests/integration/up/": "up-stacks",
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -52,7 +55,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("xdist_group") is not None:
             continue
         path = item.path.relative_to(root).as_posix()
-        group = SERIAL_GROUP if path.startswith(SERIAL_PATHS) else path
+        group = next((g for prefix, g in SERIAL_GROUPS.items() if path.startswith(prefix)), path)
         item.add_marker(pytest.mark.xdist_group(group))
 
 

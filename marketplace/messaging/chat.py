@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import TypedDict
 
 import asyncpg
 
+from marketplace.errors import MarketplaceError
 from marketplace.messaging import rules
 from marketplace.messaging.models import BodyStatus
 from marketplace.moderation.reads import is_moderation_admin
@@ -35,38 +35,6 @@ from marketplace.storage.repositories import messages as repo
 MESSAGE_CURSOR = CursorKind("m1", (BIGINT_MAX,))
 
 
-class StoredMessage(TypedDict):
-    """A message row in plain values (it crosses the Ray boundary)."""
-
-    id: uuid.UUID
-    seq: int
-    kind: str
-    project_address: str | None
-    thread_id: uuid.UUID | None
-    sender_user_id: uuid.UUID
-    sender_wallet_address: str | None
-    recipient_user_id: uuid.UUID | None
-    body: str
-    body_status: str
-    created_at: datetime
-
-
-def stored(row: asyncpg.Record) -> StoredMessage:
-    return StoredMessage(
-        id=row["id"],
-        seq=row["seq"],
-        kind=row["kind"],
-        project_address=row["project_address"],
-        thread_id=row["thread_id"],
-        sender_user_id=row["sender_user_id"],
-        sender_wallet_address=row["sender_wallet_address"],
-        recipient_user_id=row["recipient_user_id"],
-        body=row["body"],
-        body_status=row["body_status"],
-        created_at=row["created_at"],
-    )
-
-
 async def authorize_send(
     conn: Conn, user_id: uuid.UUID, project_address: str, sender_wallet: str
 ) -> ProjectParties:
@@ -77,53 +45,64 @@ async def authorize_send(
 
 
 def check_send(
-    wallets: frozenset[str], project: ProjectParties, sender_wallet: str
+    wallets: frozenset[str], project: ProjectParties | ProjectNotFound, sender_wallet: str
 ) -> ProjectParties:
+    if isinstance(project, ProjectNotFound):
+        raise project
     require_linked(wallets, sender_wallet, "senderWalletAddress")
     rules.require_chat_sender(project, sender_wallet)
     return project
 
 
-async def read_send_facts(
-    pool: asyncpg.Pool, pairs: list[tuple[uuid.UUID, str]]
-) -> list[tuple[frozenset[str], ProjectParties | ProjectNotFound]]:
-    """The facts :func:`authorize_send` decides on, for several sends in one statement."""
-    async with pool.acquire() as conn:
-        return await callers_and_visible_projects(conn, pairs)
-
-
-# The shard's coalesced reads of send facts and writes of chat messages.
-SendFacts = tuple[frozenset[str], ProjectParties | ProjectNotFound]
-SEND_FACTS: GroupKind[tuple[uuid.UUID, str], SendFacts] = GroupKind("chat-send-facts")
-CHAT_MESSAGES: GroupKind[repo.NewChatMessage, StoredMessage] = GroupKind("chat-messages")
+# A send's outcome in the shard's batch: the stored message, or the rule that refused it.
+SendOutcome = repo.MessageRow | MarketplaceError
+# The shard's chat sends, checked and stored a batch at a time (its one group commit).
+CHAT_SENDS: GroupKind[PostChatMessage, SendOutcome] = GroupKind("chat-sends")
 
 
 async def store_chat_messages(
-    pool: asyncpg.Pool, messages: list[repo.NewChatMessage]
-) -> list[StoredMessage]:
-    """Write ``messages`` (with their events) in one statement; one stored row per message, in
+    pool: asyncpg.Pool, sends: Sequence[PostChatMessage]
+) -> list[SendOutcome]:
+    """Check ``sends`` against the send rules (their facts read in one statement) and store the
+    accepted ones with their events in one self-committing statement; one outcome per send, in
     order. A message stored already (its command repeated after the shard died) is read back."""
     async with pool.acquire() as conn:
-        inserted = {row["id"]: row for row in await repo.insert_chats(conn, messages)}
-        for message in messages:
-            if message.message_id not in inserted:
-                row = await repo.get_message(conn, message.message_id)
+        facts = await callers_and_visible_projects(
+            conn, [(send.user_id, send.project_address) for send in sends]
+        )
+        outcomes: list[SendOutcome | None] = []
+        accepted: list[PostChatMessage] = []
+        for send, (wallets, project) in zip(sends, facts, strict=True):
+            try:
+                check_send(wallets, project, send.sender_wallet)
+            except MarketplaceError as refused:
+                outcomes.append(refused)
+            else:
+                outcomes.append(None)
+                accepted.append(send)
+        stored = {row.id: row for row in await repo.insert_chats(conn, accepted)}
+        for send in accepted:
+            if send.message_id not in stored:
+                row = await repo.get_message(conn, send.message_id)
                 if row is None:  # pragma: no cover - the insert's conflict was with this id
                     raise RuntimeError("chat message vanished after a conflicting insert")
-                inserted[message.message_id] = row
-    return [stored(inserted[m.message_id]) for m in messages]
+                stored[send.message_id] = row
+    return [
+        outcome if outcome is not None else stored[send.message_id]
+        for send, outcome in zip(sends, outcomes, strict=True)
+    ]
 
 
 @dataclass(frozen=True)
 class PostChatMessage(ProjectCommand):
     """Shard command: check the send rules and store the message with its ``chat.message``
     event. ``message_id`` is chosen by the frontend, so a command sent again after its shard died
-    stores the message once and answers with it (the rules are checked again first).
+    stores the message once and answers with it (the rules are checked again first). The
+    command is also what the repository stores (``messages.NewChatMessage``).
 
     The shard's concurrent sends (of different projects: a project's own wait for its lock) are
     checked and stored together (:class:`~marketplace.shards.GroupCommit`): one statement reads
-    the facts of a batch of sends, one statement and one commit stores a batch, each batch
-    holding the events' order lock once.
+    the rules' facts of a batch, one statement stores it, holding the events' order lock once.
     """
 
     message_id: uuid.UUID
@@ -131,42 +110,32 @@ class PostChatMessage(ProjectCommand):
     sender_wallet: str
     body: str
 
-    async def apply(self, ctx: ShardContext) -> StoredMessage:
-        reader = ctx.group_commit(SEND_FACTS, functools.partial(read_send_facts, ctx.pool))
-        wallets, project = await reader.submit((self.user_id, self.project_address))
-        if isinstance(project, ProjectNotFound):
-            raise project
-        check_send(wallets, project, self.sender_wallet)
-        writer = ctx.group_commit(CHAT_MESSAGES, functools.partial(store_chat_messages, ctx.pool))
-        return await writer.submit(
-            repo.NewChatMessage(
-                message_id=self.message_id,
-                project_address=self.project_address,
-                sender_user_id=self.user_id,
-                sender_wallet=self.sender_wallet,
-                body=self.body,
-            )
-        )
+    async def apply(self, ctx: ShardContext) -> repo.MessageRow:
+        sends = ctx.group_commit(CHAT_SENDS, functools.partial(store_chat_messages, ctx.pool))
+        outcome = await sends.submit(self)
+        if isinstance(outcome, MarketplaceError):
+            raise outcome
+        return outcome
 
 
 @dataclass(frozen=True)
 class MessagePage:
-    rows: list[asyncpg.Record]
+    rows: list[repo.MessageRow]
     next_cursor: str | None
     # Whether the viewer sees removed bodies (a moderation admin).
     moderator: bool
 
 
-async def viewer_is_moderator(conn: Conn, user_id: uuid.UUID, rows: list[asyncpg.Record]) -> bool:
+async def viewer_is_moderator(conn: Conn, user_id: uuid.UUID, rows: list[repo.MessageRow]) -> bool:
     """Whether removed bodies in ``rows`` are shown to the viewer; the flag is only read when a
     removed message is among them."""
-    if not any(row["body_status"] == BodyStatus.REMOVED for row in rows):
+    if not any(row.body_status == BodyStatus.REMOVED for row in rows):
         return False
     return await is_moderation_admin(conn, user_id)
 
 
-def _seq(row: asyncpg.Record) -> tuple[int]:
-    return (row["seq"],)
+def _seq(row: repo.MessageRow) -> tuple[int]:
+    return (row.seq,)
 
 
 async def list_chat(

@@ -56,7 +56,7 @@ async def authorize_send(conn: Conn, sender: uuid.UUID, recipient: uuid.UUID) ->
 
 async def send(
     pool: asyncpg.Pool, sender: uuid.UUID, recipient: uuid.UUID, body: str
-) -> asyncpg.Record:
+) -> repo.MessageRow:
     """Check the rules and store the message, in one transaction: the thread created or bumped,
     the message, its ``dm.message`` event."""
     low, high = rules.ordered_pair(sender, recipient)
@@ -74,7 +74,7 @@ async def send(
 
 @dataclass(frozen=True)
 class ThreadPage:
-    rows: list[asyncpg.Record]
+    rows: list[repo.ThreadListRow]
     next_cursor: str | None
 
 
@@ -87,7 +87,7 @@ async def list_threads(
     rows = await repo.threads_page(
         pool, user_id, before_activity=position[0] if position else None, limit=limit + 1
     )
-    page, next_cursor = keyset_page(rows, limit, THREAD_CURSOR, lambda row: (row["activity_seq"],))
+    page, next_cursor = keyset_page(rows, limit, THREAD_CURSOR, lambda row: (row.activity_seq,))
     return ThreadPage(page, next_cursor)
 
 
@@ -103,10 +103,10 @@ async def list_thread_messages(
     participants (and for an unknown thread: the two are indistinguishable)."""
     position = MESSAGE_CURSOR.position(cursor)
     thread = await repo.get_thread(pool, thread_id)
-    if thread is None or user_id not in (thread["user_low"], thread["user_high"]):
+    if thread is None or user_id not in (thread.user_low, thread.user_high):
         raise ThreadNotFound()
     rows = await repo.thread_page(
         pool, thread_id, before_seq=position[0] if position else None, limit=limit + 1
     )
-    page, next_cursor = keyset_page(rows, limit, MESSAGE_CURSOR, lambda row: (row["seq"],))
+    page, next_cursor = keyset_page(rows, limit, MESSAGE_CURSOR, lambda row: (row.seq,))
     return MessagePage(page, next_cursor, await viewer_is_moderator(pool, user_id, page))

@@ -12,11 +12,13 @@ from __future__ import annotations
 import enum
 import uuid
 from datetime import datetime
-from typing import Annotated, Literal, Self
+from typing import Annotated, Literal, Self, TypeVar
 
 from pydantic import Field
 
-from marketplace.storage.pool import Row
+from marketplace.storage.repositories.message_reports import ReportRow
+from marketplace.storage.repositories.messages import MessageRow, ThreadListRow
+from marketplace.storage.repositories.user_relations import RelationRow
 from marketplace.types import Address, LowerAddress, QueryModel, RequestModel, ResponseModel
 
 BODY_MAX = 4000
@@ -61,13 +63,29 @@ NextCursor = Annotated[
 ]
 
 
-def shown_body(row: Row, *, moderator: bool) -> str | None:
+T = TypeVar("T")
+
+
+def _chat_column(value: T | None) -> T:
+    # A chat message's project and sender wallet are set (CHECK messages_kind_fields).
+    if value is None:
+        raise ValueError("a chat message row without its project or sender wallet")
+    return value
+
+
+def _direct_column(value: T | None) -> T:
+    # A direct message's thread and recipient are set (CHECK messages_kind_fields).
+    if value is None:
+        raise ValueError("a direct message row without its thread or recipient")
+    return value
+
+
+def shown_body(row: MessageRow, *, moderator: bool) -> str | None:
     """The body as the viewer may see it: a removed message's text only for moderation
     admins."""
-    if row["body_status"] == BodyStatus.REMOVED and not moderator:
+    if row.body_status == BodyStatus.REMOVED and not moderator:
         return None
-    body: str = row["body"]
-    return body
+    return row.body
 
 
 # --- requests -------------------------------------------------------------------------------
@@ -161,16 +179,16 @@ class ChatMessageRecord(ResponseModel):
     createdAt: datetime
 
     @classmethod
-    def from_row(cls, row: Row, *, moderator: bool = False) -> Self:
+    def from_row(cls, row: MessageRow, *, moderator: bool = False) -> Self:
         return cls(
-            id=row["id"],
+            id=row.id,
             kind="project_chat",
-            projectAddress=row["project_address"],
-            senderUserId=row["sender_user_id"],
-            senderWalletAddress=row["sender_wallet_address"],
+            projectAddress=_chat_column(row.project_address),
+            senderUserId=row.sender_user_id,
+            senderWalletAddress=_chat_column(row.sender_wallet_address),
             body=shown_body(row, moderator=moderator),
-            bodyStatus=row["body_status"],
-            createdAt=row["created_at"],
+            bodyStatus=BodyStatus(row.body_status),
+            createdAt=row.created_at,
         )
 
 
@@ -189,16 +207,16 @@ class DirectMessageRecord(ResponseModel):
     createdAt: datetime
 
     @classmethod
-    def from_row(cls, row: Row, *, moderator: bool = False) -> Self:
+    def from_row(cls, row: MessageRow, *, moderator: bool = False) -> Self:
         return cls(
-            id=row["id"],
+            id=row.id,
             kind="direct",
-            threadId=row["thread_id"],
-            senderUserId=row["sender_user_id"],
-            recipientUserId=row["recipient_user_id"],
+            threadId=_direct_column(row.thread_id),
+            senderUserId=row.sender_user_id,
+            recipientUserId=_direct_column(row.recipient_user_id),
             body=shown_body(row, moderator=moderator),
-            bodyStatus=row["body_status"],
-            createdAt=row["created_at"],
+            bodyStatus=BodyStatus(row.body_status),
+            createdAt=row.created_at,
         )
 
 
@@ -228,13 +246,13 @@ class ThreadRecord(ResponseModel):
     muted: bool = Field(description="the caller has muted the other user")
 
     @classmethod
-    def from_row(cls, row: Row) -> Self:
+    def from_row(cls, row: ThreadListRow) -> Self:
         return cls(
-            threadId=row["thread_id"],
-            otherUserId=row["other_user_id"],
-            otherUsername=row["other_username"],
-            lastMessageAt=row["last_message_at"],
-            muted=row["muted"],
+            threadId=row.thread_id,
+            otherUserId=row.other_user_id,
+            otherUsername=row.other_username,
+            lastMessageAt=row.last_message_at,
+            muted=row.muted,
         )
 
 
@@ -254,10 +272,8 @@ class BlockRecord(ResponseModel):
     createdAt: datetime = Field(description="when the block was first made")
 
     @classmethod
-    def from_row(cls, row: Row) -> Self:
-        return cls(
-            userId=row["user_id"], blockedUserId=row["other_user_id"], createdAt=row["created_at"]
-        )
+    def from_row(cls, row: RelationRow) -> Self:
+        return cls(userId=row.user_id, blockedUserId=row.other_user_id, createdAt=row.created_at)
 
 
 class MuteRecord(ResponseModel):
@@ -268,10 +284,8 @@ class MuteRecord(ResponseModel):
     createdAt: datetime = Field(description="when the mute was first made")
 
     @classmethod
-    def from_row(cls, row: Row) -> Self:
-        return cls(
-            userId=row["user_id"], mutedUserId=row["other_user_id"], createdAt=row["created_at"]
-        )
+    def from_row(cls, row: RelationRow) -> Self:
+        return cls(userId=row.user_id, mutedUserId=row.other_user_id, createdAt=row.created_at)
 
 
 class ReportRecord(ResponseModel):
@@ -290,17 +304,17 @@ class ReportRecord(ResponseModel):
     )
 
     @classmethod
-    def from_row(cls, row: Row) -> Self:
+    def from_row(cls, row: ReportRow) -> Self:
         return cls(
-            id=row["id"],
-            messageId=row["message_id"],
-            reporterUserId=row["reporter_user_id"],
-            reason=row["reason"],
-            status=row["status"],
-            note=row["note"],
-            createdAt=row["created_at"],
-            updatedAt=row["updated_at"],
-            resolvedByUserId=row["resolved_by_user_id"],
+            id=row.id,
+            messageId=row.message_id,
+            reporterUserId=row.reporter_user_id,
+            reason=row.reason,
+            status=ReportStatus(row.status),
+            note=row.note,
+            createdAt=row.created_at,
+            updatedAt=row.updated_at,
+            resolvedByUserId=row.resolved_by_user_id,
         )
 
 
@@ -312,9 +326,9 @@ class ReportDetail(ResponseModel):
     message: ChatMessageRecord | DirectMessageRecord = Field(discriminator="kind")
 
     @classmethod
-    def from_rows(cls, report: Row, message: Row) -> Self:
+    def from_rows(cls, report: ReportRow, message: MessageRow) -> Self:
         record: ChatMessageRecord | DirectMessageRecord
-        if message["kind"] == "direct":
+        if message.kind == "direct":
             record = DirectMessageRecord.from_row(message, moderator=True)
         else:
             record = ChatMessageRecord.from_row(message, moderator=True)

@@ -25,7 +25,7 @@ async def _create(
     *,
     field: str,
     action: str,
-) -> asyncpg.Record:
+) -> user_relations.RelationRow:
     """The relation, made now or kept from before (its first ``created_at``). 400 for the
     caller itself, 404 ``user_not_found`` for a user the service has never seen."""
     require_other_user(user_id, other_user_id, field, action)
@@ -50,7 +50,9 @@ async def _delete(
     await user_relations.delete(pool, table, user_id, other_user_id)
 
 
-async def block(pool: asyncpg.Pool, user_id: uuid.UUID, other: uuid.UUID) -> asyncpg.Record:
+async def block(
+    pool: asyncpg.Pool, user_id: uuid.UUID, other: uuid.UUID
+) -> user_relations.RelationRow:
     return await _create(pool, BLOCKS, user_id, other, field="blockedUserId", action="block")
 
 
@@ -58,7 +60,9 @@ async def unblock(pool: asyncpg.Pool, user_id: uuid.UUID, other: uuid.UUID) -> N
     await _delete(pool, BLOCKS, user_id, other, field="blockedUserId", action="unblock")
 
 
-async def mute(pool: asyncpg.Pool, user_id: uuid.UUID, other: uuid.UUID) -> asyncpg.Record:
+async def mute(
+    pool: asyncpg.Pool, user_id: uuid.UUID, other: uuid.UUID
+) -> user_relations.RelationRow:
     return await _create(pool, MUTES, user_id, other, field="mutedUserId", action="mute")
 
 

@@ -30,26 +30,27 @@ from marketplace.storage.repositories import projects as projects_repo
 REPORT_CURSOR = CursorKind("r1", (BIGINT_MAX,))
 
 
-async def can_see(conn: Conn, user_id: uuid.UUID, message: asyncpg.Record) -> bool:
+async def can_see(conn: Conn, user_id: uuid.UUID, message: messages_repo.MessageRow) -> bool:
     """Whether the user can read the message now: a direct message's two participants; a chat
     message's project parties (an active link to the owner or the selected worker wallet)."""
-    if message["kind"] == "direct":
-        return user_id in (message["sender_user_id"], message["recipient_user_id"])
+    if message.kind == "direct":
+        return user_id in (message.sender_user_id, message.recipient_user_id)
     wallets = await caller_wallets(conn, user_id)
-    row = await projects_repo.visible_project_parties(conn, message["project_address"], wallets)
+    assert message.project_address is not None  # a chat message
+    row = await projects_repo.visible_project_parties(conn, message.project_address, wallets)
     return row is not None and rules.is_chat_party(ProjectParties.from_row(row), wallets)
 
 
 async def create(
     pool: asyncpg.Pool, reporter: uuid.UUID, message_id: uuid.UUID, reason: str
-) -> tuple[asyncpg.Record, bool]:
+) -> tuple[repo.ReportRow, bool]:
     """The caller's report of the message and whether it is new. 404 ``message_not_found`` for a
     message the caller cannot see (or that does not exist); 400 for the caller's own message."""
     async with pool.acquire() as conn:
         message = await messages_repo.get_message(conn, message_id)
         if message is None or not await can_see(conn, reporter, message):
             raise MessageNotFound()
-        if message["sender_user_id"] == reporter:
+        if message.sender_user_id == reporter:
             raise InvalidRequest(
                 "you cannot report your own message",
                 [
@@ -65,16 +66,16 @@ async def create(
             return await repo.create(
                 conn,
                 message_id=message_id,
-                author_user_id=message["sender_user_id"],
+                author_user_id=message.sender_user_id,
                 reporter_user_id=reporter,
                 reason=reason,
-                message_kind=message["kind"],
+                message_kind=message.kind,
             )
 
 
 @dataclass(frozen=True)
 class ReportPage:
-    rows: list[asyncpg.Record]
+    rows: list[repo.ReportRow]
     next_cursor: str | None
 
 
@@ -95,13 +96,13 @@ async def list_reports(
         before_seq=position[0] if position else None,
         limit=limit + 1,
     )
-    page, next_cursor = keyset_page(rows, limit, REPORT_CURSOR, lambda row: (row["seq"],))
+    page, next_cursor = keyset_page(rows, limit, REPORT_CURSOR, lambda row: (row.seq,))
     return ReportPage(page, next_cursor)
 
 
 async def get_with_message(
     pool: asyncpg.Pool, admin: uuid.UUID, report_id: uuid.UUID
-) -> tuple[asyncpg.Record, asyncpg.Record]:
+) -> tuple[repo.ReportRow, messages_repo.MessageRow]:
     """A report and the message it is about, body included even when removed (moderation admins
     only: 403 ``not_moderation_admin``; 404 ``report_not_found``)."""
     await require_moderation_admin(pool, admin)
@@ -110,7 +111,7 @@ async def get_with_message(
         if report is None:
             raise ReportNotFound()
         # The report's foreign key keeps its message.
-        message = await messages_repo.get_message(conn, report["message_id"])
+        message = await messages_repo.get_message(conn, report.message_id)
         if message is None:  # pragma: no cover - ON DELETE CASCADE removes the report too
             raise ReportNotFound()
     return report, message
@@ -122,7 +123,7 @@ async def change_status(
     report_id: uuid.UUID,
     status: ReportStatus,
     note: str | None,
-) -> asyncpg.Record:
+) -> repo.ReportRow:
     """Move the report to ``status`` (moderation admins only; 404 ``report_not_found``, 409
     ``invalid_transition``), with the message's body status, the audit entry and the
     ``report.updated`` event, in one transaction with the report and its message locked."""
@@ -131,11 +132,11 @@ async def change_status(
         report = await repo.lock(conn, report_id)
         if report is None:
             raise ReportNotFound()
-        rules.check_transition(ReportStatus(report["status"]), status)
-        message = await repo.lock_message(conn, report["message_id"])
-        before = BodyStatus(message["body_status"])
+        rules.check_transition(ReportStatus(report.status), status)
+        message = await repo.lock_message(conn, report.message_id)
+        before = BodyStatus(message.body_status)
         pending = (
-            await repo.other_pending(conn, report["message_id"], report_id)
+            await repo.other_pending(conn, report.message_id, report_id)
             if status is ReportStatus.DISMISSED
             else 0
         )
@@ -143,7 +144,7 @@ async def change_status(
         return await repo.apply_transition(
             conn,
             report=report,
-            author_user_id=message["sender_user_id"],
+            author_user_id=message.sender_user_id,
             status=status.value,
             note=note,
             admin_user_id=admin,

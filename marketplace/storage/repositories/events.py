@@ -49,6 +49,53 @@ RETURNING id
 COLUMNS = "id, type, subject, payload::text AS payload, created_at"
 
 
+def with_events(change: str, change_parameters: int) -> str:
+    """One statement: ``change`` (an ``INSERT``/``UPDATE`` ... ``RETURNING`` with a text column
+    ``event_key``, parameters ``$1..$change_parameters``) and the events of the rows it returned.
+
+    Run it outside a transaction and it commits by itself, so the order lock is held only while
+    the server finishes the statement and commits: no client round trip (and no scheduling delay
+    of a busy client) between taking the lock and committing, as there is with ``append`` after
+    a change. The events come as four arrays (key, type, subject, payload), see
+    :func:`event_arguments`; an event is written when a returned row's ``event_key`` equals its
+    key, so a change that returns nothing (``ON CONFLICT DO NOTHING``) writes no event, takes no
+    lock and wakes nobody. Ids follow the order of the arrays, after the lock (as in ``append``).
+    """
+    k = change_parameters
+    return f"""
+WITH change AS (
+{change}
+),
+ordered AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock(${k + 1}) AS locked, pg_notify(${k + 2}, '') AS woken
+    WHERE EXISTS (SELECT FROM change)
+),
+appended AS (
+    INSERT INTO events (type, subject, payload)
+    SELECT e.type, e.subject, e.payload::jsonb
+    FROM ordered
+    CROSS JOIN unnest(${k + 3}::text[], ${k + 4}::text[], ${k + 5}::text[], ${k + 6}::text[])
+        WITH ORDINALITY AS e(key, type, subject, payload, n)
+    WHERE e.key IN (SELECT event_key FROM change)
+    ORDER BY e.n
+    RETURNING id
+)
+SELECT * FROM change
+"""
+
+
+def event_arguments(keyed: Sequence[tuple[str, NewEvent]]) -> list[object]:
+    """The arguments that follow a :func:`with_events` change's own."""
+    return [
+        EVENTS_LOCK_KEY,
+        WAKE_CHANNEL,
+        [key for key, _ in keyed],
+        [str(e.type) for _, e in keyed],
+        [e.subject for _, e in keyed],
+        [e.payload_json() for _, e in keyed],
+    ]
+
+
 SELECT_AFTER = f"""
 SELECT {COLUMNS} FROM events
 WHERE id > $1 AND ($2::bigint IS NULL OR id < $2) AND ($3::text[] IS NULL OR type = any($3))

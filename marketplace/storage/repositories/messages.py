@@ -1,10 +1,12 @@
 """SQL of project chat and direct messages: messages, DM threads, and the "shared project"
 test direct messages need (docs/messaging.md).
 
-A chat send and a direct message write the message and its outbox event in one transaction,
-the event last (``events.append`` serialises producers from that statement to the commit);
-chat sends several of one shard at a time. A direct message creates or bumps its thread in
-that transaction with one ``INSERT ... ON CONFLICT`` on the ordered user pair: the UNIQUE
+Chat sends write their messages and outbox events in one self-committing statement
+(``events.with_events``: the order lock is held only while the server commits), several sends
+of one shard at a time. A direct message writes them in one transaction, the event last
+(``events.append`` serialises producers from that statement to the commit), and creates or
+bumps its thread in that transaction with one ``INSERT ... ON CONFLICT`` on the ordered user
+pair: the UNIQUE
 constraint, not a prior read, decides which of two concurrent first messages creates the
 thread, and both land in it.
 """
@@ -61,17 +63,23 @@ COLUMNS = (
     "recipient_user_id, body, body_status, created_at"
 )
 
-# Chat messages; a message whose id exists (a retried send) is skipped. Rows get their seq in
-# the order given.
-INSERT_CHATS = f"""
-INSERT INTO messages (id, kind, project_address, sender_user_id, sender_wallet_address, body)
-SELECT m.id, 'project_chat', m.project_address, m.sender_user_id, m.sender_wallet, m.body
-FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::text[])
-    WITH ORDINALITY AS m(id, project_address, sender_user_id, sender_wallet, body, n)
-ORDER BY m.n
-ON CONFLICT (id) DO NOTHING
-RETURNING {COLUMNS}
-"""
+# Chat messages and their events in one self-committing statement (events.with_events); a
+# message whose id exists (a retried send) is skipped with its event. Rows get their seq in the
+# order given.
+INSERT_CHATS = events.with_events(
+    f"""
+    INSERT INTO messages (id, kind, project_address, sender_user_id, sender_wallet_address, body)
+    SELECT m.id, 'project_chat', m.project_address, m.sender_user_id, m.sender_wallet, m.body
+    FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::text[])
+        WITH ORDINALITY AS m(id, project_address, sender_user_id, sender_wallet, body, n)
+    ORDER BY m.n
+    ON CONFLICT (id) DO NOTHING
+    RETURNING {COLUMNS}, id::text AS event_key
+    """,
+    5,
+)
+# INSERT_CHATS returns a message's columns and the key of its event.
+_INSERTED_CHAT_COLUMNS = (*MessageRow._fields, "event_key")
 SELECT_MESSAGE = f"SELECT {COLUMNS} FROM messages WHERE id = $1"
 # Newest first; keyset on seq. Served by messages_project_chat / messages_thread.
 SELECT_CHAT_PAGE = f"""
@@ -170,26 +178,24 @@ class NewChatMessage(Protocol):
     def body(self) -> str: ...
 
 
-def chat_event(row: MessageRow) -> NewEvent:
-    """The ``chat.message`` event of a stored chat message."""
-    if row.project_address is None or row.sender_wallet_address is None:
-        raise ValueError("a chat message row without its project or sender wallet")
+def chat_event(message: NewChatMessage) -> NewEvent:
+    """The ``chat.message`` event of a chat send."""
     return NewEvent(
-        row.project_address,
+        message.project_address,
         ChatMessagePayload(
-            messageId=str(row.id),
-            projectAddress=row.project_address,
-            senderUserId=str(row.sender_user_id),
-            senderWalletAddress=row.sender_wallet_address,
+            messageId=str(message.message_id),
+            projectAddress=message.project_address,
+            senderUserId=str(message.user_id),
+            senderWalletAddress=message.sender_wallet,
         ),
     )
 
 
-async def insert_chats(conn: Connection, messages: Sequence[NewChatMessage]) -> list[MessageRow]:
-    """Store chat messages and then, as the last statement, their ``chat.message`` events, in
-    the caller's transaction. Returns the rows inserted, in the given order; a message whose id
-    exists already (a retried send) is not written again, has no new event and is not
-    returned."""
+async def insert_chats(conn: Conn, messages: Sequence[NewChatMessage]) -> list[MessageRow]:
+    """Store chat messages with their ``chat.message`` events, in one statement that commits by
+    itself when ``conn`` is not in a transaction. Returns the rows inserted, in the given order;
+    a message whose id exists already (a retried send) is not written again and not returned.
+    """
     if not messages:
         return []
     records = await conn.fetch(
@@ -199,11 +205,13 @@ async def insert_chats(conn: Connection, messages: Sequence[NewChatMessage]) -> 
         [m.user_id for m in messages],
         [m.sender_wallet for m in messages],
         [m.body for m in messages],
+        *events.event_arguments([(str(m.message_id), chat_event(m)) for m in messages]),
     )
-    inserted = sorted(rows.many(MessageRow, records), key=lambda row: row.seq)
-    if inserted:
-        await events.append(conn, [chat_event(row) for row in inserted])
-    return inserted
+    if not records:
+        return []
+    rows.check_names(_INSERTED_CHAT_COLUMNS, records[0], "inserted chat messages")
+    make = MessageRow._make
+    return [make(record[:-1]) for record in records]
 
 
 async def get_message(conn: Conn, message_id: uuid.UUID) -> MessageRow | None:

@@ -26,10 +26,8 @@ from tests.api.records.conftest import (
 from tests.conftest import User, new_user
 from tests.support import apps
 
-# The shared app fixtures (tests/support/apps.py).
-client = apps.client
+# A direct connection, opened after the shared ``client`` (tests/support/apps.py).
 db = apps.db
-make_client = apps.make_client
 
 __all__ = ["Party", "error_code", "linked_party", "seed_project"]
 

@@ -13,6 +13,7 @@ import asyncpg
 from marketplace.actors.keyed_shard import MAX_CALLS_IN_FLIGHT_PER_SHARD
 from tests.api.messaging.conftest import post_chat, project_with_worker
 from tests.api.records.conftest import random_address
+from tests.support.waiting import eventually
 
 SENDS_PER_PROJECT = 4
 PROJECTS = 6
@@ -48,13 +49,14 @@ def chat_command_latencies(metrics: str) -> float:
 
 
 async def wait_for_waiting_inserts(db: asyncpg.Connection) -> None:
-    deadline = asyncio.get_running_loop().time() + 30
-    while not await db.fetchval(
-        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
-        "WHERE c.relname = 'messages' AND NOT l.granted"
-    ):
-        assert asyncio.get_running_loop().time() < deadline, "no insert is waiting"
-        await asyncio.sleep(0.05)
+    await eventually(
+        lambda: db.fetchval(
+            "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+            "WHERE c.relname = 'messages' AND NOT l.granted"
+        ),
+        within=30,
+        what="an insert waiting for the lock on messages",
+    )
 
 
 async def test_concurrent_sends_are_batched_and_answered_one_by_one(
