@@ -345,12 +345,14 @@ async def indexer_subscribed(settings: Settings) -> bool:
     """The actor's own view of its newHeads subscription (waits for it in subscription mode)."""
     import ray
 
+    from marketplace.actors.status import IndexerStatus
+
     handle = ray.get_actor("chain-indexer", namespace=settings.ray_namespace)
     deadline = time.monotonic() + 10.0
     while True:
-        status = await handle.status.remote()
-        if status["subscribed"] or settings.chain_ws_url or time.monotonic() > deadline:
-            return bool(status["subscribed"])
+        status: IndexerStatus = await handle.status.remote()
+        if status.subscribed or settings.chain_ws_url or time.monotonic() > deadline:
+            return status.subscribed
         await asyncio.sleep(0.1)
 
 

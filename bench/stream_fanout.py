@@ -115,6 +115,8 @@ def start_server(dsn: str, redis_url: str, port: int, data_dir: Path) -> subproc
         "MARKETPLACE_DATABASE_URL": dsn,
         "MARKETPLACE_REDIS_URL": redis_url,
         "MARKETPLACE_JWT_SECRET": SECRET,
+        # serve refuses to start without it (it signs unsubscribe links).
+        "MARKETPLACE_NOTIFICATION_UNSUBSCRIBE_SECRET": "bench-unsubscribe-" + "u" * 24,
         "MARKETPLACE_PORT": str(port),
         "MARKETPLACE_DATA_DIR": str(data_dir),
         "MARKETPLACE_INDEXER_ENABLED": "false",
