@@ -28,7 +28,6 @@ import redis.asyncio as aioredis
 from marketplace.aio import AtMostEvery, within
 from marketplace.indexer.health import freshness
 from marketplace.metric_sources import ACTOR_RESTARTS_KEY, SOURCE_READ_TIMEOUT_SECONDS
-from marketplace.storage.pool import Row
 from marketplace.storage.repositories import deployment_figures as repo
 from marketplace.verifier.policy import PolicyId
 
@@ -73,27 +72,27 @@ class DeploymentSnapshot:
     )
 
 
-def postgres_figures(row: Row) -> dict[str, object]:
+def postgres_figures(row: repo.SnapshotRow) -> dict[str, object]:
     """The snapshot fields held in the row of :func:`repo.snapshot`."""
     verifier_jobs = _verifier_zeros()
-    for policy, status, jobs in row["verifier_jobs"]:
+    for policy, status, jobs in row.verifier_jobs:
         verifier_jobs[(str(policy), str(status))] = float(jobs)
     verifier_results = _result_zeros()
-    for policy, passes, jobs in row["verifier_results"]:
+    for policy, passes, jobs in row.verifier_results:
         verifier_results[(str(policy), "true" if passes else "false")] = float(jobs)
     deliveries = dict.fromkeys(DELIVERY_STATUSES, 0.0)
-    for status, count in row["deliveries"]:
+    for status, count in row.deliveries:
         deliveries[str(status)] = float(count)
-    newest = int(row["newest_event_id"])
+    newest = int(row.newest_event_id)
     return {
         "verifier_jobs": verifier_jobs,
         "verifier_results": verifier_results,
         "deliveries": deliveries,
-        "offenses_recorded": float(row["offenses_recorded"]),
-        "offenses_window": float(row["offenses_window"]),
-        "suspensions_active": float(row["suspensions_active"]),
-        "leaderboard_lag_events": float(max(0, newest - int(row["leaderboard_cursor"]))),
-        "notification_lag_events": float(max(0, newest - int(row["notification_cursor"]))),
+        "offenses_recorded": float(row.offenses_recorded),
+        "offenses_window": float(row.offenses_window),
+        "suspensions_active": float(row.suspensions_active),
+        "leaderboard_lag_events": float(max(0, newest - int(row.leaderboard_cursor))),
+        "notification_lag_events": float(max(0, newest - int(row.notification_cursor))),
     }
 
 

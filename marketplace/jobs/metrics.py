@@ -177,11 +177,11 @@ async def read_snapshot(
         snapshot.due[queue] = 0.0
         snapshot.oldest_due_seconds[queue] = 0.0
     for row in await repo.depth(pool):
-        queue = row["queue"]
-        snapshot.depth[(queue, row["status"])] = float(row["jobs"])
-        if row["status"] == "queued":
-            snapshot.due[queue] = float(row["due"])
-            snapshot.oldest_due_seconds[queue] = float(row["oldest_due_seconds"])
+        queue = row.queue
+        snapshot.depth[(queue, row.status)] = float(row.jobs)
+        if row.status == "queued":
+            snapshot.due[queue] = float(row.due)
+            snapshot.oldest_due_seconds[queue] = float(row.oldest_due_seconds)
     if redis is not None:
         try:
             fields = await redis.hgetall(METRICS_KEY)

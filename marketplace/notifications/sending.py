@@ -53,21 +53,21 @@ async def load(ctx: JobContext[DeliveryJobPayload]) -> DeliveryToSend | None:
     """The delivery the job names, if it is still to be sent (one query)."""
     payload = ctx.payload
     row = await repo.delivery_to_send(ctx.pool, payload.delivery_id, payload.preview_message_id)
-    if row is None or row["status"] != DeliveryStatus.QUEUED:
+    if row is None or row.status != DeliveryStatus.QUEUED:
         return None
-    if not row["email"]:
+    if not row.email:
         # Queued rows always have an address (no_email is a suppression); if one had none, it
         # fails rather than stays queued.
         raise PermanentJobError("the delivery has no e-mail address")
     return DeliveryToSend(
-        id=row["id"],
-        event_id=row["event_id"],
-        event_type=NotificationEventType(row["event_type"]),
-        recipient_user_id=row["recipient_user_id"],
-        email=row["email"],
-        subject=row["subject"],
+        id=row.id,
+        event_id=row.event_id,
+        event_type=NotificationEventType(row.event_type),
+        recipient_user_id=row.recipient_user_id,
+        email=row.email,
+        subject=row.subject,
         link_path=payload.link_path,
-        preview=row["preview"],
+        preview=row.preview,
         attempt=ctx.job.attempt,
     )
 

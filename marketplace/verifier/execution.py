@@ -114,13 +114,13 @@ async def execute_policy(settings: Settings, index: int, run: PolicyRun) -> Poli
     return outcome
 
 
-async def _dispute_now(rpc: JsonRpcClient, row: Any) -> DisputeFacts:
-    facts = await read_dispute(rpc, row["project_address"], row["milestone_index"])
+async def _dispute_now(rpc: JsonRpcClient, row: repo.VerifierJobRow) -> DisputeFacts:
+    facts = await read_dispute(rpc, row.project_address, row.milestone_index)
     still = (
-        row["dispute_opened_at"] is not None
-        and facts.judges(row["milestone_index"])
-        and facts.dispute_opened_at == row["dispute_opened_at"]
-        and facts.matches_delivery(row["delivery_ref"])
+        row.dispute_opened_at is not None
+        and facts.judges(row.milestone_index)
+        and facts.dispute_opened_at == row.dispute_opened_at
+        and facts.matches_delivery(row.delivery_ref)
     )
     if not still:
         raise PermanentJobError(
@@ -133,7 +133,7 @@ async def _dispute_now(rpc: JsonRpcClient, row: Any) -> DisputeFacts:
 async def run_verifier_job(ctx: JobContext[VerifierJobPayload]) -> None:
     job_id = ctx.payload.verifier_job_id
     row = await repo.get(ctx.pool, job_id)
-    if row is None or row["completed_at"] is not None:
+    if row is None or row.completed_at is not None:
         return  # its creator was deleted, or an earlier attempt completed it
     settings = ctx.settings
     signer = Signer.from_settings(settings)
@@ -159,7 +159,7 @@ async def run_verifier_job(ctx: JobContext[VerifierJobPayload]) -> None:
             outcome = await execute_policy(
                 settings,
                 ctx.index,
-                PolicyRun(PolicyId(row["check_policy_id"]), row["delivery_ref"]),
+                PolicyRun(PolicyId(row.check_policy_id), row.delivery_ref),
             )
         except InvalidDeliveryRef as exc:
             raise PermanentJobError(f"deliveryRef: {exc}") from exc
@@ -170,27 +170,25 @@ async def run_verifier_job(ctx: JobContext[VerifierJobPayload]) -> None:
         # Right before signing: the chain must still say this dispute, this delivery, and the
         # owner's policy must still be the one that ran.
         facts = await _dispute_now(rpc, row)
-        policy = await repo.acceptance_policy(
-            ctx.pool, row["project_address"], row["milestone_index"]
-        )
-        if policy != row["check_policy_id"]:
+        policy = await repo.acceptance_policy(ctx.pool, row.project_address, row.milestone_index)
+        if policy != row.check_policy_id:
             raise PermanentJobError(
-                f"the milestone's acceptance policy is {policy}, not {row['check_policy_id']}"
+                f"the milestone's acceptance policy is {policy}, not {row.check_policy_id}"
             )
         # Never later than the chain's time plus the TTL; a request may only shorten it.
         deadline = facts.block_time + settings.verifier_attestation_ttl_seconds
-        if row["requested_deadline"] is not None:
-            deadline = min(deadline, int(row["requested_deadline"]))
+        if row.requested_deadline is not None:
+            deadline = min(deadline, int(row.requested_deadline))
         try:
             attestation = await attest(
                 rpc,
                 signer,
-                project=row["project_address"],
-                milestone_index=row["milestone_index"],
+                project=row.project_address,
+                milestone_index=row.milestone_index,
                 passes=outcome.passes,
                 evidence_hash=hashed,
-                nonce=int(row["attestation_nonce"]),
-                nonce_requested=row["requested_nonce"] is not None,
+                nonce=int(row.attestation_nonce),
+                nonce_requested=row.requested_nonce is not None,
                 deadline=deadline,
             )
         except NonceAlreadyUsed as exc:

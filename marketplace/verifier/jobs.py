@@ -47,10 +47,12 @@ from marketplace.verifier.errors import (
 )
 from marketplace.verifier.execution import VERIFIER_QUEUE
 from marketplace.verifier.models import (
+    CompletedResult,
     VerifierJobAcceptedResponse,
     VerifierJobCreateRequest,
     VerifierJobListQuery,
     VerifierJobPayload,
+    completed_result,
     request_of,
 )
 from marketplace.verifier.policies import parse_delivery_ref
@@ -146,17 +148,17 @@ def check_verdict_scope(
 
 
 def _accepted_from_row(
-    row: asyncpg.Record, settings: Settings, available: list[PolicyId]
+    row: repo.VerifierJobRow, settings: Settings, available: list[PolicyId]
 ) -> VerifierJobAcceptedResponse:
-    retention = row["retention_expires_at"] or row["created_at"] + timedelta(
+    retention = row.retention_expires_at or row.created_at + timedelta(
         days=settings.verifier_retention_days
     )
     return VerifierJobAcceptedResponse(
-        jobId=row["id"],
-        status=row["status"],
-        attemptCount=row["attempt_count"],
-        maxAttempts=row["max_attempts"],
-        createdAt=row["created_at"],
+        jobId=row.id,
+        status=row.status,
+        attemptCount=row.attempt_count,
+        maxAttempts=row.max_attempts,
+        createdAt=row.created_at,
         retentionExpiresAt=retention,
         request=request_of(row),
         pollUrl="",
@@ -244,9 +246,7 @@ async def accept(
         if existing is not None:
             # One verdict per dispute, whoever asks: two signed verdicts for one dispute could
             # contradict each other, and either could be relayed.
-            return Accepted(
-                existing["id"], _accepted_from_row(existing, settings, available), False
-            )
+            return Accepted(existing.id, _accepted_from_row(existing, settings, available), False)
         created_at = await repo.insert(
             conn,
             job=new_job(
@@ -284,7 +284,7 @@ async def accept(
 
 @dataclass(frozen=True)
 class JobView:
-    row: asyncpg.Record
+    row: repo.VerifierJobRow
     # True: the full record (creator, parties, verifier admins); False: the public one.
     full: bool
 
@@ -294,9 +294,9 @@ async def read_job(pool: asyncpg.Pool, user_id: uuid.UUID, job_id: uuid.UUID) ->
     if row is None:
         raise VerifierJobNotFound()
     who = await viewer(pool, user_id)
-    if who.verifier_admin or row["created_by"] == user_id:
+    if who.verifier_admin or row.created_by == user_id:
         return JobView(row, full=True)
-    project = await _project_for(pool, who, row["project_address"])
+    project = await _project_for(pool, who, row.project_address)
     if not isinstance(project, ProjectParties):
         raise VerifierJobNotFound()
     return JobView(row, full=who.is_party(project))
@@ -304,7 +304,7 @@ async def read_job(pool: asyncpg.Pool, user_id: uuid.UUID, job_id: uuid.UUID) ->
 
 async def read_full_job(
     pool: asyncpg.Pool, user_id: uuid.UUID, job_id: uuid.UUID
-) -> asyncpg.Record:
+) -> repo.VerifierJobRow:
     """The job for a reader of its evidence: 404 when the caller may not see it at all, 403
     ``not_verifier_job_party`` when it sees only the public record."""
     view = await read_job(pool, user_id, job_id)
@@ -313,23 +313,26 @@ async def read_full_job(
     return view.row
 
 
-async def evidence_of(pool: asyncpg.Pool, user_id: uuid.UUID, job_id: uuid.UUID) -> asyncpg.Record:
+async def evidence_of(
+    pool: asyncpg.Pool, user_id: uuid.UUID, job_id: uuid.UUID
+) -> tuple[repo.VerifierJobRow, CompletedResult]:
     row = await read_full_job(pool, user_id, job_id)
-    if row["status"] != "completed":
-        raise JobNotCompleted(f"the job is {row['status']}: it has no evidence yet")
-    return row
+    result = completed_result(row)
+    if result is None:
+        raise JobNotCompleted(f"the job is {row.status}: it has no evidence yet")
+    return row, result
 
 
 async def raw_evidence_of(
     pool: asyncpg.Pool, user_id: uuid.UUID, job_id: uuid.UUID
-) -> tuple[asyncpg.Record, asyncpg.Record]:
+) -> tuple[repo.VerifierJobRow, repo.RawEvidenceRow]:
     row = await read_full_job(pool, user_id, job_id)
     raw = await repo.raw_evidence(pool, job_id)
     if raw is None:
         raise VerifierJobNotFound()
-    if raw["raw_deleted_at"] is not None:
+    if raw.raw_deleted_at is not None:
         raise RawEvidenceExpired(
-            f"the raw evidence and logs were deleted on {raw['raw_deleted_at'].isoformat()}, "
+            f"the raw evidence and logs were deleted on {raw.raw_deleted_at.isoformat()}, "
             "after the retention period"
         )
     return row, raw
@@ -337,7 +340,7 @@ async def raw_evidence_of(
 
 async def list_jobs(
     pool: asyncpg.Pool, user_id: uuid.UUID, query: VerifierJobListQuery
-) -> tuple[list[asyncpg.Record], str | None]:
+) -> tuple[list[repo.VerifierJobRow], str | None]:
     position = JOB_CURSOR.position(query.cursor)
     flags = await flags_of(pool, user_id)
     rows = await repo.page(
@@ -350,4 +353,4 @@ async def list_jobs(
         before_seq=position[0] if position else None,
         limit=query.limit + 1,
     )
-    return keyset_page(rows, query.limit, JOB_CURSOR, lambda row: (row["seq"],))
+    return keyset_page(rows, query.limit, JOB_CURSOR, lambda row: (row.seq,))

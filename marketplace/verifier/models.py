@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Literal, Self, TypedDict
+from typing import Literal, NamedTuple, Self, TypedDict
 
 from pydantic import Field, RootModel
 
 from marketplace.jobs.model import JobPayload
-from marketplace.storage.pool import Row
+from marketplace.storage.repositories.verifier_jobs import VerifierJobRow
 from marketplace.types import (
     Address,
     Bytes32,
@@ -129,19 +129,19 @@ class _RecordBase(ResponseModel):
     )
 
     @staticmethod
-    def base_fields(row: Row) -> _BaseFields:
+    def base_fields(row: VerifierJobRow) -> _BaseFields:
         return {
-            "id": row["id"],
-            "status": row["status"],
+            "id": row.id,
+            "status": row.status,
             "request": request_of(row),
-            "attemptCount": row["attempt_count"],
-            "maxAttempts": row["max_attempts"],
-            "nextAttemptAt": row["next_attempt_at"],
-            "error": row["error"],
-            "createdAt": row["created_at"],
-            "updatedAt": row["updated_at"],
-            "completedAt": row["completed_at"],
-            "retentionExpiresAt": row["retention_expires_at"],
+            "attemptCount": row.attempt_count,
+            "maxAttempts": row.max_attempts,
+            "nextAttemptAt": row.next_attempt_at,
+            "error": row.error,
+            "createdAt": row.created_at,
+            "updatedAt": row.updated_at,
+            "completedAt": row.completed_at,
+            "retentionExpiresAt": row.retention_expires_at,
         }
 
 
@@ -152,14 +152,15 @@ class VerifierJobRecord(_RecordBase):
     result: VerificationResult | None = None
 
     @classmethod
-    def from_row(cls, row: Row) -> Self:
+    def from_row(cls, row: VerifierJobRow) -> Self:
+        done = completed_result(row)
         result = None
-        if row["status"] == "completed":
+        if done is not None:
             result = VerificationResult(
-                passes=row["passes"],
-                evidenceHash=row["evidence_hash"],
-                evidence=row["evidence"],
-                attestation=row["attestation"],
+                passes=done.passes,
+                evidenceHash=done.evidence_hash,
+                evidence=done.evidence,
+                attestation=done.attestation,
             )
         return cls(**cls.base_fields(row), result=result)
 
@@ -170,13 +171,14 @@ class VerifierJobRecordPublic(_RecordBase):
     result: VerifierJobResultSummary | None = None
 
     @classmethod
-    def from_row(cls, row: Row) -> Self:
+    def from_row(cls, row: VerifierJobRow) -> Self:
+        done = completed_result(row)
         result = None
-        if row["status"] == "completed":
+        if done is not None:
             result = VerifierJobResultSummary(
-                passes=row["passes"],
-                evidenceHash=row["evidence_hash"],
-                attestation=row["attestation"],
+                passes=done.passes,
+                evidenceHash=done.evidence_hash,
+                attestation=done.attestation,
             )
         return cls(**cls.base_fields(row), result=result)
 
@@ -260,15 +262,47 @@ class JobPath(QueryModel):
     jobId: uuid.UUID
 
 
-def request_of(row: Row) -> VerifierJobCreateRequest:
+class CompletedResult(NamedTuple):
+    """A completed job's result, as its row holds it."""
+
+    passes: bool
+    evidence_hash: str
+    evidence: JsonObject
+    attestation: AttestationPayload
+    completed_at: datetime
+
+
+def completed_result(row: VerifierJobRow) -> CompletedResult | None:
+    """The result of a completed job's row, None before completion (the row's result columns
+    are all set once it completes: verifier_jobs_completed, and the completion writes them)."""
+    if row.status != "completed":
+        return None
+    if (
+        row.passes is None
+        or row.evidence_hash is None
+        or row.evidence is None
+        or row.attestation is None
+        or row.completed_at is None
+    ):
+        raise ValueError(f"verifier job {row.id} is completed without its result")
+    return CompletedResult(
+        passes=row.passes,
+        evidence_hash=row.evidence_hash,
+        evidence=row.evidence,
+        attestation=AttestationPayload.model_validate(row.attestation),
+        completed_at=row.completed_at,
+    )
+
+
+def request_of(row: VerifierJobRow) -> VerifierJobCreateRequest:
     return VerifierJobCreateRequest.model_construct(
-        projectAddress=row["project_address"],
-        milestoneIndex=row["milestone_index"],
-        checkPolicyId=PolicyId(row["check_policy_id"]),
-        deliveryRef=row["delivery_ref"],
-        chainId=row["chain_id"],
-        nonce=int(row["requested_nonce"]) if row["requested_nonce"] is not None else None,
-        deadline=int(row["requested_deadline"]) if row["requested_deadline"] is not None else None,
+        projectAddress=row.project_address,
+        milestoneIndex=row.milestone_index,
+        checkPolicyId=PolicyId(row.check_policy_id),
+        deliveryRef=row.delivery_ref,
+        chainId=row.chain_id,
+        nonce=int(row.requested_nonce) if row.requested_nonce is not None else None,
+        deadline=int(row.requested_deadline) if row.requested_deadline is not None else None,
     )
 
 

@@ -17,19 +17,20 @@ from marketplace.deployment_figures import (
 )
 from marketplace.errors import NotFound, ServiceUnavailable
 from marketplace.http.deployment_figures import DeploymentMetricsCollector
+from marketplace.storage.repositories.deployment_figures import SnapshotRow
 from marketplace.verifier.policy import PolicyId
 
-ROW = {
-    "verifier_jobs": [["github-ref", "queued", 3], ["npm-test", "completed", 2]],
-    "verifier_results": [["npm-test", True, 1], ["npm-test", False, 1]],
-    "deliveries": [["sent", 7], ["rate_limited", 2]],
-    "offenses_recorded": 9,
-    "offenses_window": 4,
-    "suspensions_active": 1,
-    "newest_event_id": 120,
-    "leaderboard_cursor": 120,
-    "notification_cursor": 100,
-}
+ROW = SnapshotRow(
+    verifier_jobs=[["github-ref", "queued", 3], ["npm-test", "completed", 2]],
+    verifier_results=[["npm-test", True, 1], ["npm-test", False, 1]],
+    deliveries=[["sent", 7], ["rate_limited", 2]],
+    offenses_recorded=9,
+    offenses_window=4,
+    suspensions_active=1,
+    newest_event_id=120,
+    leaderboard_cursor=120,
+    notification_cursor=100,
+)
 
 
 def exported(snapshot: DeploymentSnapshot) -> str:
@@ -67,7 +68,7 @@ def test_postgres_row_to_snapshot_fills_every_label() -> None:
 
 
 def test_a_cursor_ahead_of_a_swept_outbox_is_no_negative_lag() -> None:
-    figures = postgres_figures({**ROW, "newest_event_id": 0})
+    figures = postgres_figures(ROW._replace(newest_event_id=0))
     assert figures["notification_lag_events"] == 0
 
 

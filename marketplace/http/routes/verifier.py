@@ -185,16 +185,16 @@ async def get_evidence(call: Call[None, None, JobPath]) -> VerifierEvidenceSumma
     creator, the project's parties and verifier admins (other viewers of the job: 403
     `not_verifier_job_party`); 409 `verifier_job_not_completed` before completion."""
     principal = call.require_principal()
-    row = await jobs.evidence_of(call.pool, principal.user_id, call.path.jobId)
+    row, result = await jobs.evidence_of(call.pool, principal.user_id, call.path.jobId)
     return VerifierEvidenceSummary(
-        jobId=row["id"],
-        projectAddress=row["project_address"],
-        milestoneIndex=row["milestone_index"],
-        checkPolicyId=row["check_policy_id"],
-        passes=row["passes"],
-        evidenceHash=row["evidence_hash"],
-        evidence=row["evidence"],
-        completedAt=row["completed_at"],
+        jobId=row.id,
+        projectAddress=row.project_address,
+        milestoneIndex=row.milestone_index,
+        checkPolicyId=PolicyId(row.check_policy_id),
+        passes=result.passes,
+        evidenceHash=result.evidence_hash,
+        evidence=result.evidence,
+        completedAt=result.completed_at,
     )
 
 
@@ -215,13 +215,13 @@ async def get_raw_evidence(call: Call[None, None, JobPath]) -> VerifierRawEviden
     `raw_evidence_expired`."""
     principal = call.require_principal()
     row, raw = await jobs.raw_evidence_of(call.pool, principal.user_id, call.path.jobId)
-    stored = raw["raw_evidence"] or {}
+    stored = raw.raw_evidence or {}
     return VerifierRawEvidence(
-        jobId=row["id"],
+        jobId=row.id,
         attempts=[VerifierAttemptLog.model_validate(a) for a in stored.get("attempts", [])],
         raw=stored.get("result"),
-        logs=raw["logs"],
-        retentionExpiresAt=row["retention_expires_at"],
+        logs=raw.logs,
+        retentionExpiresAt=row.retention_expires_at,
     )
 
 

@@ -7,8 +7,9 @@ values. Grouped counts come back as JSON arrays (through the pool's JSON codec).
 
 from __future__ import annotations
 
-import asyncpg
+from typing import Any, NamedTuple
 
+from marketplace.storage import rows
 from marketplace.storage.pool import Conn, fetch_one
 
 # Verifier job status as the repository shows it (marketplace/storage/repositories/
@@ -41,8 +42,22 @@ SELECT
 """
 
 
-async def snapshot(conn: Conn, *, moderation_window_seconds: float) -> asyncpg.Record:
+class SnapshotRow(NamedTuple):
+    """The row of :data:`SNAPSHOT`."""
+
+    verifier_jobs: list[list[Any]]
+    verifier_results: list[list[Any]]
+    deliveries: list[list[Any]]
+    offenses_recorded: int
+    offenses_window: int
+    suspensions_active: int
+    newest_event_id: int
+    leaderboard_cursor: int
+    notification_cursor: int
+
+
+async def snapshot(conn: Conn, *, moderation_window_seconds: float) -> SnapshotRow:
     """One row: ``verifier_jobs`` ([policy, status, jobs], ...), ``verifier_results``
     ([policy, passes, jobs], ...), ``deliveries`` ([status, deliveries], ...), the moderation
     counts, ``newest_event_id`` and the two consumers' cursors."""
-    return await fetch_one(conn, SNAPSHOT, float(moderation_window_seconds))
+    return rows.one(SnapshotRow, await fetch_one(conn, SNAPSHOT, float(moderation_window_seconds)))

@@ -23,11 +23,12 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncpg
 
 from marketplace.aio import cancel_and_wait
+from marketplace.storage import rows as typed_rows
 from marketplace.storage.pool import Conn, Connection, connect
 
 log = logging.getLogger(__name__)
@@ -431,8 +432,19 @@ async def get_job(conn: Conn, job_id: int) -> asyncpg.Record | None:
     return await conn.fetchrow(SELECT_JOB, job_id)
 
 
-async def depth(conn: Conn) -> list[asyncpg.Record]:
-    return await conn.fetch(DEPTH)
+class DepthRow(NamedTuple):
+    """A row of :data:`DEPTH`: a queue's jobs in a status, and (queued only) how many are due
+    and the oldest due one's age."""
+
+    queue: str
+    status: str
+    jobs: int
+    due: int
+    oldest_due_seconds: float
+
+
+async def depth(conn: Conn) -> list[DepthRow]:
+    return typed_rows.many(DepthRow, await conn.fetch(DEPTH))
 
 
 class JobNotifications:

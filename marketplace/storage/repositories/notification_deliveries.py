@@ -11,8 +11,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+from marketplace.storage import rows as typed_rows
 from marketplace.storage.pool import Conn, Connection
 from marketplace.storage.repositories.jobs import NEXT_JOB_ID, insert_jobs_from
 
@@ -127,6 +128,19 @@ SET attempts = greatest(d.attempts, t.attempt), last_error = left(t.error, 2000)
 FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::bool[]) AS t(job_id, attempt, error, final)
 WHERE d.job_id = t.job_id AND d.status = 'queued'
 """
+
+
+class DeliveryToSendRow(NamedTuple):
+    """A row of :data:`SELECT_DELIVERY_TO_SEND`."""
+
+    id: uuid.UUID
+    event_id: int
+    event_type: str
+    recipient_user_id: uuid.UUID
+    status: str
+    subject: str
+    email: str | None
+    preview: str | None
 
 
 @dataclass(frozen=True)
@@ -269,11 +283,13 @@ async def delivery(conn: Conn, delivery_id: uuid.UUID) -> dict[str, Any] | None:
 
 async def delivery_to_send(
     conn: Conn, delivery_id: uuid.UUID, preview_message_id: uuid.UUID | None
-) -> dict[str, Any] | None:
+) -> DeliveryToSendRow | None:
     """The delivery's sending fields and ``preview``: the body of the message
     ``preview_message_id`` if it is still visible, else None."""
-    row = await conn.fetchrow(SELECT_DELIVERY_TO_SEND, delivery_id, preview_message_id)
-    return dict(row) if row is not None else None
+    return typed_rows.maybe(
+        DeliveryToSendRow,
+        await conn.fetchrow(SELECT_DELIVERY_TO_SEND, delivery_id, preview_message_id),
+    )
 
 
 @dataclass(frozen=True)

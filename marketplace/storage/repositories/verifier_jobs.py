@@ -13,10 +13,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
-
-import asyncpg
+from decimal import Decimal
+from typing import Literal, NamedTuple, TypedDict
 
 from marketplace.events.types import NewEvent, VerifierJobCompletedPayload
+from marketplace.storage import rows
 from marketplace.storage.pool import Conn, Connection
 from marketplace.storage.repositories import events
 from marketplace.storage.repositories.jobs import NewJob, with_new_job
@@ -143,6 +144,57 @@ UPDATE verifier_jobs v SET raw_evidence = NULL, logs = NULL, raw_deleted_at = no
 FROM locked WHERE v.id = locked.id
 """
 
+# The status of a row's queue job (marketplace.jobs.JobStatus's values).
+JobStatus = Literal["queued", "running", "completed", "failed"]
+
+
+class VerifierJobRow(NamedTuple):
+    """A row of every read of :data:`RECORD`: the request row and its queue job's state."""
+
+    id: uuid.UUID
+    seq: int
+    job_id: int
+    created_by: uuid.UUID
+    project_address: str
+    milestone_index: int
+    check_policy_id: str
+    delivery_ref: str
+    chain_id: int
+    requested_nonce: Decimal | None  # numeric(78, 0)
+    requested_deadline: Decimal | None
+    attestation_nonce: Decimal
+    max_attempts: int
+    dispute_opened_at: int | None
+    created_at: datetime
+    completed_at: datetime | None
+    retention_expires_at: datetime | None
+    # The result: all set once completed (verifier_jobs_completed), else all None.
+    passes: bool | None
+    evidence_hash: str | None
+    evidence: JsonObject | None
+    attestation: JsonObject | None  # the signed AttestationPayload
+    status: JobStatus
+    attempt_count: int
+    next_attempt_at: datetime | None
+    error: str | None
+    updated_at: datetime
+
+
+class RawEvidence(TypedDict, total=False):
+    """``raw_evidence``: each attempt's start (:data:`RECORD_ATTEMPT`) and the completing
+    attempt's raw facts (:data:`COMPLETE`)."""
+
+    attempts: list[JsonObject]
+    result: JsonObject
+
+
+class RawEvidenceRow(NamedTuple):
+    """The row of :data:`SELECT_RAW`: the attempts' raw log and the output, until swept."""
+
+    raw_evidence: RawEvidence | None
+    logs: str | None
+    raw_deleted_at: datetime | None
+
 
 async def insert(
     conn: Conn,
@@ -192,9 +244,12 @@ async def lock_dispute(
 
 async def dispute_job(
     conn: Conn, project: str, milestone_index: int, opened_at: int
-) -> asyncpg.Record | None:
+) -> VerifierJobRow | None:
     """The dispute's job that is queued, running or completed, if any."""
-    return await conn.fetchrow(SELECT_DISPUTE_JOB, project, milestone_index, opened_at)
+    return rows.maybe(
+        VerifierJobRow,
+        await conn.fetchrow(SELECT_DISPUTE_JOB, project, milestone_index, opened_at),
+    )
 
 
 async def acceptance_policy(conn: Conn, project: str, milestone_index: int) -> str | None:
@@ -202,8 +257,8 @@ async def acceptance_policy(conn: Conn, project: str, milestone_index: int) -> s
     return value
 
 
-async def get(conn: Conn, verifier_job_id: uuid.UUID) -> asyncpg.Record | None:
-    return await conn.fetchrow(SELECT_ONE, verifier_job_id)
+async def get(conn: Conn, verifier_job_id: uuid.UUID) -> VerifierJobRow | None:
+    return rows.maybe(VerifierJobRow, await conn.fetchrow(SELECT_ONE, verifier_job_id))
 
 
 async def page(
@@ -216,8 +271,8 @@ async def page(
     status: str | None,
     before_seq: int | None,
     limit: int,
-) -> list[asyncpg.Record]:
-    return await conn.fetch(
+) -> list[VerifierJobRow]:
+    records = await conn.fetch(
         SELECT_PAGE,
         viewer_id,
         everything,
@@ -227,6 +282,7 @@ async def page(
         before_seq,
         limit,
     )
+    return rows.many(VerifierJobRow, records)
 
 
 async def record_attempt(conn: Conn, verifier_job_id: uuid.UUID, attempt: JsonObject) -> None:
@@ -281,8 +337,8 @@ async def complete(
     return True
 
 
-async def raw_evidence(conn: Conn, verifier_job_id: uuid.UUID) -> asyncpg.Record | None:
-    return await conn.fetchrow(SELECT_RAW, verifier_job_id)
+async def raw_evidence(conn: Conn, verifier_job_id: uuid.UUID) -> RawEvidenceRow | None:
+    return rows.maybe(RawEvidenceRow, await conn.fetchrow(SELECT_RAW, verifier_job_id))
 
 
 async def sweep_expired(conn: Conn, retention_days: int, limit: int = 1000) -> int:

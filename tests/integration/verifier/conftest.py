@@ -172,12 +172,12 @@ async def dispute_jobs(
 
 async def wait_completed(
     pool: asyncpg.Pool, job_ids: list[uuid.UUID], limit_s: float
-) -> list[asyncpg.Record]:
+) -> list[repo.VerifierJobRow]:
     async def done() -> bool:
         rows = [await repo.get(pool, job_id) for job_id in job_ids]
-        failed = [r for r in rows if r is not None and r["status"] == "failed"]
-        assert not failed, [(r["id"], r["error"]) for r in failed]
-        return all(r is not None and r["status"] == "completed" for r in rows)
+        failed = [r for r in rows if r is not None and r.status == "failed"]
+        assert not failed, [(r.id, r.error) for r in failed]
+        return all(r is not None and r.status == "completed" for r in rows)
 
     await eventually(
         done, within=limit_s, what=f"{len(job_ids)} verifier jobs completed", interval=0.2

@@ -92,8 +92,8 @@ async def start_pool(settings: Settings, servers: Servers, size: int) -> JobWork
 
 async def attempts_of(pool: asyncpg.Pool, job_id: uuid.UUID) -> list[dict[str, Any]]:
     raw = await repo.raw_evidence(pool, job_id)
-    assert raw is not None and raw["raw_evidence"] is not None
-    return list(raw["raw_evidence"]["attempts"])
+    assert raw is not None and raw.raw_evidence is not None
+    return list(raw.raw_evidence["attempts"])
 
 
 def cluster_node_ids() -> set[str]:
@@ -125,8 +125,8 @@ async def test_two_workers_run_two_jobs_at_once_each_one_at_a_time(
         [slow_images.ref(n) for n in names],
     )
     rows = await wait_completed(pool, ids, 90)
-    assert all(r["passes"] for r in rows)
-    assert all(r["attempt_count"] == 1 for r in rows)
+    assert all(r.passes for r in rows)
+    assert all(r.attempt_count == 1 for r in rows)
     # Two requests were answered at once, never more: two actors, one job each.
     assert slow_images.most == 2
     assert sorted(n for n, _ in slow_images.arrivals) == names
@@ -135,16 +135,17 @@ async def test_two_workers_run_two_jobs_at_once_each_one_at_a_time(
     nodes = cluster_node_ids()
     runs: dict[str, list[tuple[datetime, datetime]]] = {}
     for row in rows:
-        (attempt,) = await attempts_of(pool, row["id"])
+        (attempt,) = await attempts_of(pool, row.id)
         assert attempt["attempt"] == 1
         assert attempt["actorName"] in pool_names
         assert attempt["nodeId"] in nodes
         assert attempt["actorId"]
         started = datetime.fromisoformat(attempt["startedAt"])
-        runs.setdefault(attempt["actorName"], []).append((started, row["completed_at"]))
-        raw = await repo.raw_evidence(pool, row["id"])
-        assert raw is not None
-        assert raw["raw_evidence"]["result"]["actorName"] == attempt["actorName"]
+        assert row.completed_at is not None
+        runs.setdefault(attempt["actorName"], []).append((started, row.completed_at))
+        raw = await repo.raw_evidence(pool, row.id)
+        assert raw is not None and raw.raw_evidence is not None
+        assert raw.raw_evidence["result"]["actorName"] == attempt["actorName"]
     assert set(runs) == pool_names, "both actors of the pool ran jobs"
     for actor, spans in runs.items():
         spans.sort()
@@ -186,11 +187,11 @@ async def test_a_worker_killed_mid_job_leaves_it_retried_and_completed_once(
     ray.kill(victim, no_restart=False)
 
     (row,) = await wait_completed(pool, [job_id], 60)
-    assert row["status"] == "completed"
-    assert row["attempt_count"] == 2
-    assert row["passes"] is True
-    assert row["attestation"] is not None
-    assert row["attestation"]["evidenceHash"] == row["evidence_hash"]
+    assert row.status == "completed"
+    assert row.attempt_count == 2
+    assert row.passes is True
+    assert row.attestation is not None
+    assert row.attestation["evidenceHash"] == row.evidence_hash
     jobs = await pool.fetch(
         "SELECT status, attempt_count FROM jobs WHERE queue = $1", VERIFIER_QUEUE.name
     )
@@ -203,7 +204,8 @@ async def test_a_worker_killed_mid_job_leaves_it_retried_and_completed_once(
     assert attempts[0]["actorName"] == victim_name
     assert all(a["nodeId"] in cluster_node_ids() for a in attempts)
     raw = await repo.raw_evidence(pool, job_id)
-    assert raw is not None and raw["raw_evidence"]["result"]["attempt"] == 2
+    assert raw is not None and raw.raw_evidence is not None
+    assert raw.raw_evidence["result"]["attempt"] == 2
     milestone = await pool.fetchrow(
         "SELECT latest_verifier_job_id, latest_verifier_passes FROM milestones"
         " WHERE project_address = $1 AND milestone_index = 0",

@@ -251,11 +251,11 @@ def settings_for(servers: Servers, devnet: Devnet, gateway: Gateway) -> Callable
 async def wait_row(
     pool: asyncpg.Pool,
     job_id: uuid.UUID,
-    done: Callable[[asyncpg.Record], bool],
+    done: Callable[[repo.VerifierJobRow], bool],
     what: str,
     within: float = 60.0,
-) -> asyncpg.Record:
-    async def read() -> asyncpg.Record:
+) -> repo.VerifierJobRow:
+    async def read() -> repo.VerifierJobRow:
         row = await repo.get(pool, job_id)
         assert row is not None
         return row
@@ -304,14 +304,15 @@ async def test_transient_failure_then_success(
         retrying = await wait_row(
             pool,
             job_id,
-            lambda row: row["attempt_count"] == 1 and row["status"] == "queued",
+            lambda row: row.attempt_count == 1 and row.status == "queued",
             "the first attempt to fail",
         )
-    assert retrying["error"].startswith("TransientPolicyError: "), retrying["error"]
-    assert OUTAGE_ERROR[case.outage].search(retrying["error"]), retrying["error"]
-    assert retrying["passes"] is None and retrying["completed_at"] is None
-    assert retrying["max_attempts"] == 3
-    due_in = (retrying["next_attempt_at"] - datetime.now(UTC)).total_seconds()
+    assert retrying.error is not None and retrying.next_attempt_at is not None
+    assert retrying.error.startswith("TransientPolicyError: "), retrying.error
+    assert OUTAGE_ERROR[case.outage].search(retrying.error), retrying.error
+    assert retrying.passes is None and retrying.completed_at is None
+    assert retrying.max_attempts == 3
+    due_in = (retrying.next_attempt_at - datetime.now(UTC)).total_seconds()
     assert 50 < due_in <= 60, due_in
     if case.outage == "503":
         assert gateway.refused > 0 and gateway.served == served_before
@@ -324,13 +325,13 @@ async def test_transient_failure_then_success(
     )
     async with verifier_worker(settings_for(case.policy)):
         done = await wait_row(
-            pool, job_id, lambda row: row["status"] in ("completed", "failed"), "the retry"
+            pool, job_id, lambda row: row.status in ("completed", "failed"), "the retry"
         )
-    assert done["status"] == "completed", dict(done)
-    assert (done["attempt_count"], done["error"], done["next_attempt_at"]) == (2, None, None)
-    assert done["passes"] is True, done["evidence"]
-    assert done["evidence"]["policy"] == case.policy.value
-    assert done["attestation"] is not None
+    assert done.status == "completed", done._asdict()
+    assert (done.attempt_count, done.error, done.next_attempt_at) == (2, None, None)
+    assert done.passes is True, done.evidence
+    assert (done.evidence or {})["policy"] == case.policy.value
+    assert done.attestation is not None
     # The second attempt really went through the gateway.
     assert gateway.served > served_before
     attempts = await pool.fetchval(
@@ -359,14 +360,15 @@ async def test_exhausted_retries_fail_the_job(
     await gateway.become(case.other)
     async with verifier_worker(settings):
         failed = await wait_row(
-            pool, job_id, lambda row: row["status"] in ("completed", "failed"), "the last attempt"
+            pool, job_id, lambda row: row.status in ("completed", "failed"), "the last attempt"
         )
-    assert failed["status"] == "failed", dict(failed)
-    assert (failed["attempt_count"], failed["max_attempts"]) == (2, 2)
-    assert failed["error"].startswith("TransientPolicyError: "), failed["error"]
-    assert OUTAGE_ERROR[case.other].search(failed["error"]), failed["error"]
-    assert failed["next_attempt_at"] is None
-    assert (failed["passes"], failed["evidence"], failed["attestation"]) == (None, None, None)
+    assert failed.status == "failed", failed._asdict()
+    assert (failed.attempt_count, failed.max_attempts) == (2, 2)
+    assert failed.error is not None
+    assert failed.error.startswith("TransientPolicyError: "), failed.error
+    assert OUTAGE_ERROR[case.other].search(failed.error), failed.error
+    assert failed.next_attempt_at is None
+    assert (failed.passes, failed.evidence, failed.attestation) == (None, None, None)
     if case.other == "503":
         # Both attempts met the outage (each makes at least one request).
         assert gateway.refused >= 2 and gateway.served == served_before

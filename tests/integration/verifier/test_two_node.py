@@ -107,14 +107,16 @@ async def test_verifier_jobs_run_on_both_nodes_of_a_two_node_cluster(
     refs = [settings.registry_address if i % 2 else chain.a.stranger for i in range(JOBS)]
     ids = await dispute_jobs(pool, settings, admin, chain, engine, PolicyId.ADDRESS_SMOKE, refs)
     rows = await wait_completed(pool, ids, 120)
-    assert [r["passes"] for r in rows] == [bool(i % 2) for i in range(JOBS)]
+    assert [r.passes for r in rows] == [bool(i % 2) for i in range(JOBS)]
 
     ran_on: dict[str, set[str]] = {}
     for row in rows:
-        raw = await repo.raw_evidence(pool, row["id"])
-        assert raw is not None
-        for attempt in raw["raw_evidence"]["attempts"]:
+        raw = await repo.raw_evidence(pool, row.id)
+        assert raw is not None and raw.raw_evidence is not None
+        for attempt in raw.raw_evidence["attempts"]:
             assert attempt["nodeId"] in nodes
             assert attempt["nodeAddress"] == nodes[attempt["nodeId"]]["address"]
-            ran_on.setdefault(attempt["nodeId"], set()).add(attempt["actorName"])
+            node_id, actor_name = attempt["nodeId"], attempt["actorName"]
+            assert isinstance(node_id, str) and isinstance(actor_name, str)
+            ran_on.setdefault(node_id, set()).add(actor_name)
     assert set(ran_on) == set(nodes), f"attempts ran only on {ran_on}"
