@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import pkgutil
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -28,6 +25,7 @@ from marketplace.http.routes.legal import legal_assent_guard
 from marketplace.http.routing import RouteTable
 from marketplace.notifications.sending import NOTIFICATIONS_QUEUE
 from marketplace.verifier.execution import VERIFIER_QUEUE
+from tests.support.serve_cli import serve_with
 
 
 def test_every_route_module_is_declared_by_exactly_one_capability() -> None:
@@ -125,15 +123,7 @@ def test_only_the_invoked_command_is_configured() -> None:
 
 
 def test_serve_names_the_dependencies_it_misses() -> None:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("MARKETPLACE_")}
-    env["MARKETPLACE_REDIS_URL"] = "redis://unused"
-    done = subprocess.run(
-        [sys.executable, "-m", "marketplace", "serve"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = serve_with(MARKETPLACE_REDIS_URL="redis://unused")
     assert done.returncode == 2, done.stderr
     assert "MARKETPLACE_DATABASE_URL" in done.stderr
     assert "MARKETPLACE_REDIS_URL" not in done.stderr

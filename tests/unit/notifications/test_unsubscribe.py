@@ -3,10 +3,7 @@ from the settings, `up` keeps a dev secret in the data dir, `serve` refuses to s
 
 from __future__ import annotations
 
-import os
 import stat
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -24,6 +21,7 @@ from marketplace.notifications.unsubscribe import (
     unsubscribe_key,
 )
 from marketplace_devstack.embedded.stack import dev_notification_secret
+from tests.support.serve_cli import serve_with
 
 KEY = b"k" * 32
 
@@ -80,18 +78,10 @@ def test_up_keeps_a_dev_secret_in_the_data_dir(tmp_path: Path) -> None:
 
 
 def test_serve_refuses_to_start_without_the_secret() -> None:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("MARKETPLACE_")}
-    env.update(
+    done = serve_with(
         MARKETPLACE_DATABASE_URL="postgresql://unused/db",
         MARKETPLACE_REDIS_URL="redis://unused",
         MARKETPLACE_JWT_SECRET="j" * 40,
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "marketplace", "serve"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
     )
     assert done.returncode == 2, done.stderr
     assert "MARKETPLACE_NOTIFICATION_UNSUBSCRIBE_SECRET" in done.stderr
