@@ -84,6 +84,17 @@ class Settings(BaseSettings):
     readiness_cache_ms: int = Field(default=1000, ge=0, le=60_000)
     # Comma-separated networks (CIDR) allowed to read /metrics; empty: everyone.
     metrics_allow: str = ""
+    # Comma-separated networks (CIDR, or single addresses) of the proxies in front of this
+    # server (a load balancer, an ingress). When the TCP peer is one of them, the client address
+    # is the right-most address of X-Forwarded-For / Forwarded that is not a trusted proxy; the
+    # failed-authentication budget, rate limits and the access log use it. Empty: the peer.
+    trusted_proxies: str = ""
+    # Comma-separated exact origins (scheme://host[:port]) whose pages may call the API from a
+    # browser (CORS). Empty: no CORS headers at all. Never "*".
+    cors_origins: str = ""
+    # A POST that creates something and carries `Idempotency-Key` answers the first response
+    # again for the same key, principal and body within this many hours.
+    idempotency_key_ttl_hours: int = Field(default=24, ge=1, le=24 * 30)
 
     max_body_bytes: int = Field(default=256 * 1024, ge=1024)
     # Number of shard actors hosting per-project state actors. One suits a single small machine
@@ -214,6 +225,12 @@ class Settings(BaseSettings):
     # Events waiting to be written to one stream; a client that falls this far behind is
     # disconnected (it resumes with Last-Event-ID) instead of holding events for others.
     stream_queue_size: int = Field(default=256, ge=1, le=100_000)
+    # A Last-Event-ID older than the newest this-many events (or than the outbox retention) is
+    # not replayed: the stream sends `event: reset` and continues live.
+    stream_replay_max_events: int = Field(default=1_000, ge=1, le=100_000)
+    # Lifetime of a single-use stream ticket (POST /v1/stream/tickets), for browsers whose
+    # EventSource cannot send headers.
+    stream_ticket_ttl_seconds: int = Field(default=60, ge=5, le=3600)
 
     # --- notification e-mail (SMTP); see docs/notifications.md ---------------------------------
     # `smtp://[user:password@]host[:port]` (STARTTLS when offered; port 25) or `smtps://...`
@@ -375,10 +392,16 @@ class Settings(BaseSettings):
                 raise ValueError(f"jobs_workers[{queue!r}] must be between 0 and 64")
         return value
 
-    @field_validator("metrics_allow")
+    @field_validator("metrics_allow", "trusted_proxies")
     @classmethod
     def _check_networks(cls, value: str) -> str:
         parse_networks(value)
+        return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _check_cors_origins(cls, value: str) -> str:
+        parse_origins(value)
         return value
 
     @field_validator("rate_limit_default", "rate_limit_auth_failures")
@@ -437,6 +460,14 @@ class Settings(BaseSettings):
         return parse_networks(self.metrics_allow)
 
     @property
+    def trusted_proxy_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        return parse_networks(self.trusted_proxies)
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        return parse_origins(self.cors_origins)
+
+    @property
     def smtp_target(self) -> SmtpTarget | None:
         """Where notification e-mail goes; None when no SMTP URL is configured."""
         if self.smtp_url is None:
@@ -469,6 +500,28 @@ def parse_networks(text: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Netw
             except ValueError as exc:
                 raise ValueError(f"not a network: {part.strip()!r}") from exc
     return networks
+
+
+_ORIGIN = re.compile(r"https?://([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?", re.IGNORECASE)
+
+
+def parse_origins(text: str) -> list[str]:
+    """Parse comma-separated exact origins (``https://app.example.com, http://localhost:3000``).
+
+    An origin is compared byte for byte with the browser's `Origin` header, which is always
+    lower-case scheme and host without a trailing slash, so anything else could never match.
+    """
+    origins = []
+    for part in text.split(","):
+        origin = part.strip()
+        if not origin:
+            continue
+        if origin == "*" or not _ORIGIN.fullmatch(origin):
+            raise ValueError(f"not an origin (scheme://host[:port], never '*'): {origin!r}")
+        if origin != origin.lower():
+            raise ValueError(f"an origin is lower-case, as browsers send it: {origin!r}")
+        origins.append(origin)
+    return origins
 
 
 def load_settings(**overrides: object) -> Settings:
