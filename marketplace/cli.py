@@ -9,7 +9,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
-from importlib.metadata import entry_points
+from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,6 +34,20 @@ DEV_STACK_MISSING = (
 )
 
 log = logging.getLogger("marketplace")
+
+DISTRIBUTION = "marketplace"
+VERSION_FLAG = "--version"
+
+
+def version_line() -> str:
+    """What ``marketplace --version`` prints: ``marketplace <version>``, the installed
+    distribution's version (``unknown`` when the package runs from a tree it was never
+    installed from)."""
+    try:
+        installed = version(DISTRIBUTION)
+    except PackageNotFoundError:
+        installed = "unknown"
+    return f"marketplace {installed}"
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -238,6 +252,10 @@ def build_parser(configured: Collection[str] | None = None) -> argparse.Argument
     those in ``configured`` (all when None) get their arguments: configuring a command imports
     its module, and ``main`` configures just the one being run."""
     parser = argparse.ArgumentParser(prog="marketplace", description=__doc__)
+    # Listed in --help; main() answers it before building a parser (see there).
+    parser.add_argument(
+        VERSION_FLAG, action="version", version=version_line(), help="print the version and exit"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     # Plugins' help texts only for a listing: reading one imports its module.
     listed = commands(described=configured is None or not configured)
@@ -262,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     command = invoked_command(argv)
+    if command is None and VERSION_FLAG in argv:
+        # Before anything else: a parser without a command lists every command, and reading the
+        # plugins' help texts imports their modules. `--version` imports nothing of ours.
+        print(version_line())
+        return 0
     installed = {c.name for c in plugin_commands(described=False)}
     if command in DEV_STACK_COMMANDS and command not in installed:
         print(f"marketplace {command}: {DEV_STACK_MISSING}", file=sys.stderr)

@@ -148,6 +148,22 @@ class RateLimited(MarketplaceError):
         return {"Retry-After": str(self.retry_after)}
 
 
+class IdempotencyKeyInProgress(Conflict):
+    code = "idempotency_key_in_progress"
+    default_message = (
+        "a request with this Idempotency-Key is still being processed; retry once it has ended"
+    )
+
+
+class IdempotencyKeyReused(MarketplaceError):
+    code = "idempotency_key_reused"
+    status = 422
+    default_message = (
+        "this Idempotency-Key was used with another request (method, path or body); "
+        "use a new key for a new request"
+    )
+
+
 class ServiceUnavailable(MarketplaceError):
     code = "service_unavailable"
     status = 503

@@ -51,7 +51,9 @@ LOCAL_MAX_KEYS = 100_000
 #   try    refuse if one more request would not conform; count it only when the key already
 #          holds counted requests (see Gcra.attempt)
 #   refund give back one request counted earlier
-# Returns {1, recorded} when allowed (recorded: 1 if counted), {0, wait_ms} when refused.
+# Returns {1, recorded, remaining, reset_ms} when allowed (recorded: 1 if counted),
+# {0, wait_ms, 0, reset_ms} when refused. remaining: requests the key would still accept now;
+# reset_ms: until the key is back to its full burst (its TAT). Both as after the operation.
 SCRIPT = """
 local emission = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
@@ -67,18 +69,21 @@ if op == 'refund' then
   else
     redis.call('SET', KEYS[1], back, 'PX', math.ceil(back - now))
   end
-  return {1, 0}
+  return {1, 0, 0, 0}
 end
 local new_tat = tat + emission
 local allow_at = new_tat - burst * emission
 if allow_at > now then
-  return {0, math.ceil(allow_at - now)}
+  return {0, math.ceil(allow_at - now), 0, math.ceil(tat - now)}
+end
+local function left(after)
+  return math.max(0, math.min(burst, math.floor((now - after) / emission + burst + 1e-6)))
 end
 if op == 'hit' or stored > now then
   redis.call('SET', KEYS[1], new_tat, 'PX', math.ceil(new_tat - now))
-  return {1, 1}
+  return {1, 1, left(new_tat), math.ceil(new_tat - now)}
 end
-return {1, 0}
+return {1, 0, left(tat), math.ceil(tat - now)}
 """
 
 
@@ -97,10 +102,14 @@ class Rate:
 @dataclass(frozen=True)
 class Verdict:
     """Outcome of one check: ``wait_ms`` > 0 means refused for that long; ``recorded`` says
-    whether the request was counted (only a counted ``attempt`` needs a ``refund``)."""
+    whether the request was counted (only a counted ``attempt`` needs a ``refund``).
+    ``remaining`` (requests the key still accepts now) and ``reset_ms`` (until it is back to its
+    full burst) describe the key after the check, for rate-limit response headers."""
 
     wait_ms: int = 0
     recorded: bool = False
+    remaining: int = 0
+    reset_ms: int = 0
 
     @property
     def allowed(self) -> bool:
@@ -139,15 +148,21 @@ class LocalGcra:
         new_tat = tat + emission
         allow_at = new_tat - rate.count * emission
         if allow_at > now:
-            return Verdict(wait_ms=math.ceil(allow_at - now))
+            return Verdict(wait_ms=math.ceil(allow_at - now), reset_ms=math.ceil(tat - now))
+
+        def left(after: float) -> int:
+            return max(0, min(rate.count, math.floor((now - after) / emission + rate.count + 1e-6)))
+
         if op == "hit" or stored > now:
             # Re-inserted so the dict's order is least recently counted first.
             self._tat.pop(key, None)
             self._tat[key] = new_tat
             if len(self._tat) > self._max_keys:
                 self._prune(now)
-            return Verdict(recorded=True)
-        return Verdict()
+            return Verdict(
+                recorded=True, remaining=left(new_tat), reset_ms=math.ceil(new_tat - now)
+            )
+        return Verdict(remaining=left(tat), reset_ms=math.ceil(tat - now))
 
     def _prune(self, now: float) -> None:
         for key in [k for k, tat in self._tat.items() if tat <= now]:
@@ -200,7 +215,7 @@ class Gcra:
         if time.monotonic() >= self._retry_at:
             try:
                 async with asyncio.timeout(self.timeout_seconds):
-                    allowed, value = await self._script(
+                    allowed, value, remaining, reset_ms = await self._script(
                         keys=[key], args=[rate.emission_ms, rate.count, op]
                     )
             except (RedisError, OSError, TimeoutError) as exc:
@@ -209,8 +224,12 @@ class Gcra:
                 if self._fallback_since is not None:
                     self._redis_recovered()
                 if int(allowed) == 1:
-                    return Verdict(recorded=int(value) == 1)
-                return Verdict(wait_ms=max(1, int(value)))
+                    return Verdict(
+                        recorded=int(value) == 1,
+                        remaining=int(remaining),
+                        reset_ms=max(0, int(reset_ms)),
+                    )
+                return Verdict(wait_ms=max(1, int(value)), reset_ms=max(0, int(reset_ms)))
         self._fallback_checks += 1
         RATE_LIMITER_FALLBACK_CHECKS.inc()
         return self.local.run(key, rate, op)

@@ -50,6 +50,12 @@ STREAMS_CLOSED = Counter(
     "credentials_expired, credentials_revoked.",
     ["reason"],
 )
+STREAM_RESETS = Counter(
+    "marketplace_stream_resets_total",
+    "Live event streams opened with a Last-Event-ID too old to replay, answered with "
+    "`event: reset`, by reason: replay_limit, retention.",
+    ["reason"],
+)
 STREAM_HUB_POSITION = Gauge(
     "marketplace_stream_hub_position",
     "Id of the last event this frontend's stream hub has fanned out.",

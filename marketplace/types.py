@@ -61,11 +61,13 @@ MilestoneIndex = Annotated[int, Field(ge=0, le=MILESTONE_INDEX_MAX)]
 # --- input hygiene ------------------------------------------------------------------------------
 # Every string a client sends (body fields, free-form JSON keys and values, query and path
 # parameters) is checked once, by the request/query base models below, so no route can forget it.
-# C0 controls other than tab, line feed and carriage return, and DEL, have no business in any of
-# our text and confuse logs and terminals; NUL cannot even be stored in PostgreSQL text.
-_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-# Bidirectional-text controls let a URI display differently from what it is (Trojan Source).
-BIDI_CONTROLS = r"\u200e\u200f\u202a-\u202e\u2066-\u2069"  # a regex character-class body
+# C0 controls other than tab, line feed and carriage return, DEL, and the C1 controls
+# (U+0080-U+009F: NEXT LINE U+0085 breaks lines, CSI U+009B drives terminals) have no business in
+# any of our text and confuse logs and terminals; NUL cannot even be stored in PostgreSQL text.
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# Bidirectional-text controls (marks, embeddings, overrides, isolates, the Arabic letter mark)
+# let a URI or a name display differently from what it is (Trojan Source).
+BIDI_CONTROLS = r"\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # a regex character-class body
 # Free-form JSON objects (dispute evidence payloads, verifier evidence) are bounded in shape as
 # well as size: a deeply nested value breaks serializers far from where it was accepted.
 FREE_FORM_MAX_DEPTH = 32
@@ -140,7 +142,7 @@ FreeFormObject = Annotated[
 URI_MAX = 1024
 # https:// or ipfs:// (lower-case scheme, as the spec writes it), then no whitespace, control or
 # bidirectional-text characters. Written so JSON Schema (ECMA) and pydantic (Rust) read it alike.
-HTTPS_OR_IPFS_URI_PATTERN = rf"^(https|ipfs)://[^\s\x00-\x1f\x7f{BIDI_CONTROLS}]+$"
+HTTPS_OR_IPFS_URI_PATTERN = rf"^(https|ipfs)://[^\s\x00-\x1f\x7f-\x9f{BIDI_CONTROLS}]+$"
 HttpsOrIpfsUri = Annotated[
     str,
     Field(

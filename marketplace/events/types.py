@@ -37,6 +37,7 @@ class EventType(enum.StrEnum):
     DM_MESSAGE = "dm.message"
     MESSAGE_REPORTED = "message.reported"
     REPORT_UPDATED = "report.updated"
+    MESSAGE_REMOVED = "message.removed"
     MODERATION_OFFENSE = "moderation.offense"
     MODERATION_SUSPENDED = "moderation.suspended"
     MODERATION_SUSPENSION_LIFTED = "moderation.suspension_lifted"
@@ -93,6 +94,11 @@ class MilestoneChanges(PayloadPart):
     changes: dict[str, JsonValue]
 
 
+class BidChanges(PayloadPart):
+    bidderAddress: str
+    changes: dict[str, JsonValue]
+
+
 class ProjectChangedPayload(Payload):
     event_type = EventType.PROJECT_CHANGED
 
@@ -101,6 +107,9 @@ class ProjectChangedPayload(Payload):
     changes: dict[str, JsonValue]
     # Per milestone whose fields changed (or that appeared), those fields with new values.
     milestones: list[MilestoneChanges]
+    # Per on-chain bid that changed (or appeared), its changed fields with new values
+    # (GET /v1/projects/{address}/bids names and formats; `{"status": null}`: a reorg removed it).
+    bids: list[BidChanges] = []
 
 
 class ProjectRemovedPayload(Payload):
@@ -231,6 +240,21 @@ class ReportUpdatedPayload(Payload):
     previousStatus: str
     # The message's bodyStatus after the transition.
     bodyStatus: str
+
+
+class MessageRemovedPayload(Payload):
+    event_type = EventType.MESSAGE_REMOVED
+
+    # A moderation admin actioned a report of the message: its body is removed.
+    messageId: str
+    kind: Literal["project_chat", "direct"]
+    senderUserId: str
+    reportId: str
+    # Chat messages only (left out of the JSON for a direct message).
+    projectAddress: str | None = None
+    # Direct messages only (left out of the JSON for a chat message).
+    threadId: str | None = None
+    recipientUserId: str | None = None
 
 
 class ModerationOffensePayload(Payload):
@@ -388,6 +412,10 @@ class ReportUpdated(Event):
     payload: ReportUpdatedPayload
 
 
+class MessageRemoved(Event):
+    payload: MessageRemovedPayload
+
+
 class ModerationOffense(Event):
     payload: ModerationOffensePayload
 
@@ -435,6 +463,7 @@ EVENT_MODELS: dict[str, type[Event]] = {
         DmMessage,
         MessageReported,
         ReportUpdated,
+        MessageRemoved,
         ModerationOffense,
         ModerationSuspended,
         ModerationSuspensionLifted,

@@ -27,6 +27,7 @@ from marketplace.auth import NoApiKeys, SessionVerifier
 from marketplace.config import Settings
 from marketplace.http import keys
 from marketplace.http.capabilities import CAPABILITIES, AppContext, declared_queues, ordered_guards
+from marketplace.http.cors import install_cors
 from marketplace.http.middlewares import request_context
 from marketplace.http.ratelimit import RATE_LIMITER, RateLimiter
 from marketplace.http.routing import GUARD_HOOKS, ROUTES, Route, RouteTable, make_endpoint
@@ -155,6 +156,8 @@ def create_app(settings: Settings, extra_routes: Sequence[RouteTable] = ()) -> w
     for route in routes:
         app.router.add_route(route.method, route.path, make_endpoint(route), name=route.name)
     app[ROUTES] = routes
+    # Browsers on other origins (docs/security.md); nothing when no origin is listed.
+    install_cors(app, settings.cors_origin_list)
     app.cleanup_ctx.append(_in_order(contexts, settings.context_stop_seconds))
     pin_recursion_limit()
     return app

@@ -29,6 +29,7 @@ from aiohttp import web
 
 from marketplace.http import (
     deployment_figures,
+    idempotency,
     job_queue,
     leaderboard_consumer,
     moderation_gate,
@@ -40,6 +41,7 @@ from marketplace.http.routes import (
     agents,
     api_keys,
     bid_drafts,
+    bids,
     challenge_submissions,
     dispute_evidence,
     indexer_status,
@@ -137,7 +139,7 @@ CAPABILITIES: tuple[Capability, ...] = (
     Capability(
         name="projects",
         summary="project read API, create-intents, claims and metadata",
-        routes=(projects_read.routes, project_claims.routes),
+        routes=(projects_read.routes, project_claims.routes, bids.routes),
         # The read cache of this frontend (marketplace/http/read_cache.py).
         contexts=(read_cache.read_cache,),
     ),
@@ -214,6 +216,14 @@ CAPABILITIES: tuple[Capability, ...] = (
         name="agents",
         summary="public agent profiles: wallets, project history, statistics, category rankings",
         routes=(agents.routes,),
+    ),
+    Capability(
+        name="idempotency",
+        summary=(
+            "`Idempotency-Key` on create requests (routes declared `idempotent=True`): the "
+            "sweep of expired keys"
+        ),
+        contexts=(idempotency.key_sweeper,),
     ),
 )
 

@@ -1,9 +1,10 @@
-"""The request middleware: request id, metrics, access log, and the one place errors become
-JSON."""
+"""The request middleware: client address, request id, metrics, access log, rate-limit headers,
+and the one place errors become JSON."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import logging
@@ -18,6 +19,7 @@ from aiohttp import web
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from marketplace.config.settings import parse_networks
 from marketplace.errors import (
     InvalidRequest,
     MarketplaceError,
@@ -27,6 +29,7 @@ from marketplace.errors import (
     ServiceUnavailable,
 )
 from marketplace.http import keys
+from marketplace.http.ratelimit import RATE_LIMIT_HEADERS, IPNetwork, forwarded_client
 from marketplace.logs import request_id_var
 from marketplace.metrics import (
     HTTP_IN_FLIGHT,
@@ -95,10 +98,32 @@ def _new_request_id() -> str:
     return f"{_ID_PREFIX}{next(_REQUEST_IDS):010x}"
 
 
+@functools.lru_cache(maxsize=16)
+def trusted_networks(text: str) -> tuple[IPNetwork, ...]:
+    """``MARKETPLACE_TRUSTED_PROXIES`` parsed (once per distinct value, not per request)."""
+    return tuple(parse_networks(text))
+
+
+def with_client_address(request: web.Request) -> web.Request:
+    """The request with ``remote`` set to the client's address (``ratelimit.forwarded_client``)
+    when it came through a trusted proxy; as it is otherwise."""
+    proxies = request.app[keys.SETTINGS].trusted_proxies
+    if not proxies:
+        return request
+    client = forwarded_client(request.remote, request.headers, trusted_networks(proxies))
+    if client is None or client == request.remote:
+        return request
+    return request.clone(remote=client)
+
+
 @web.middleware
 async def request_context(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """The only middleware: request id, JSON errors, metrics, access log and after-request hooks
-    (one layer instead of several: each aiohttp middleware layer costs a few microseconds)."""
+    """The only middleware: client address, request id, JSON errors, metrics, access log,
+    rate-limit headers and after-request hooks (one layer instead of several: each aiohttp
+    middleware layer costs a few microseconds)."""
+    # From here on `request.remote` is the client's address, also behind a trusted proxy: the
+    # rate limits, the failed-authentication budget, the access log and the handlers read it.
+    request = with_client_address(request)
     incoming = request.headers.get(REQUEST_ID_HEADER, "")
     request_id = incoming if incoming and _REQUEST_ID_RE.match(incoming) else _new_request_id()
     token = request_id_var.set(request_id)
@@ -111,6 +136,9 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
         status = response.status
         if not response.prepared:
             response.headers[REQUEST_ID_HEADER] = request_id
+            limits = request.get(RATE_LIMIT_HEADERS)
+            if limits is not None:
+                response.headers.update(limits)
         return response
     finally:
         opened_at = request.get(keys.STREAM_OPENED_AT)
@@ -129,6 +157,7 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
                     "msg": "stream closed",
                     "request_id": request_id,
                     "route": template,
+                    "client": request.remote,
                     "duration_ms": round((time.perf_counter() - opened_at) * 1000, 2),
                 }
             )
@@ -157,6 +186,7 @@ def account_request(request: web.Request, status: int, *, event: str) -> None:
             "method": request.method,
             "route": template,
             "path": request.path,
+            "client": request.remote,
             "status": status,
             "duration_ms": round(elapsed * 1000, 2),
         }

@@ -23,6 +23,8 @@ from marketplace.errors import (
     ErrorExtra,
     Forbidden,
     HeaderTooLarge,
+    IdempotencyKeyInProgress,
+    IdempotencyKeyReused,
     InvalidRequest,
     LegalAcceptanceRequired,
     MarketplaceError,
@@ -35,6 +37,7 @@ from marketplace.errors import (
     Unauthorized,
     UnsupportedMediaType,
 )
+from marketplace.http.idempotency import IDEMPOTENCY_KEY_HEADER, KEY_PATTERN, REPLAYED_HEADER
 from marketplace.http.routing import FORM_MEDIA_TYPES, AuthMode, Route
 from marketplace.moderation.errors import OffensiveContent, SendingSuspended
 from marketplace.types import JsonObject, ResponseModel
@@ -62,6 +65,7 @@ class RequestBody(TypedDict):
 
 class Response(TypedDict):
     description: str
+    headers: NotRequired[dict[str, JsonObject]]
     content: NotRequired[dict[str, MediaType]]
 
 
@@ -141,6 +145,16 @@ SECURITY_SCHEMES: dict[str, dict[str, str]] = {
             "`Authorization: Bearer <scheduler secret>` (`MARKETPLACE_SCHEDULER_SECRET`), "
             "only where an operation lists it. Uses the same header as sessionBearer: "
             "authorize one of the two at a time."
+        ),
+    },
+    "streamTicket": {
+        "type": "apiKey",
+        "in": "query",
+        "name": "ticket",
+        "description": (
+            "`?ticket=<ticket>`: a single-use stream ticket (`POST /v1/stream/tickets`, valid "
+            "`MARKETPLACE_STREAM_TICKET_TTL_SECONDS`), only where an operation lists it "
+            "(`GET /v1/stream`, for a browser's `EventSource`, which cannot send headers)."
         ),
     },
 }
@@ -338,6 +352,8 @@ def _errors_of(route: Route) -> list[type[MarketplaceError]]:
         errors.extend((SendingSuspended, OffensiveContent))
     if route.rate_limited:
         errors.append(RateLimited)
+    if route.idempotent:
+        errors.extend((IdempotencyKeyReused, IdempotencyKeyInProgress))
     # Any request can carry a request line or a header longer than the server reads
     # (schemathesis found it with a long query string).
     errors.extend((HeaderTooLarge, ServiceUnavailable))
@@ -354,6 +370,8 @@ def _description(route: Route) -> str:
         parts.append(_GUARDED)
     if route.sends_messages:
         parts.append(_SENDS_MESSAGES)
+    if route.idempotent:
+        parts.append(_IDEMPOTENT)
     return "\n\n".join(parts)
 
 
@@ -371,6 +389,71 @@ def _body_examples(schema: JsonObject, schemas: dict[str, JsonObject]) -> dict[s
             name = cast(str, target.get("title", f"option{len(examples) + 1}"))
             examples[name] = {"summary": cast(str, target.get("description", name)), "value": value}
     return examples
+
+
+_IDEMPOTENT = (
+    "**Idempotent with a key:** a request with an `Idempotency-Key` header answers, for the "
+    "same key, user, method, path and body within `MARKETPLACE_IDEMPOTENCY_KEY_TTL_HOURS`, "
+    "the first request's response again (with `Idempotent-Replayed: true`) and does nothing; "
+    "the same key with another request is 422 `idempotency_key_reused`, while the first is "
+    "still running 409 `idempotency_key_in_progress`. Successes and 400/413/415/422 answers "
+    "are kept; other answers (5xx included) are not, so a retry runs again."
+)
+IDEMPOTENCY_PARAMETER: Parameter = {
+    "name": IDEMPOTENCY_KEY_HEADER,
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": KEY_PATTERN},
+    "description": (
+        "a key the client chose for this request (a UUID is a good one; 1 to 255 printable "
+        "ASCII characters); a retry with the same key gets the first response again"
+    ),
+}
+_INTEGER: JsonObject = {"type": "integer", "minimum": 0}
+RATE_LIMIT_HEADERS: dict[str, JsonObject] = {
+    "RateLimit-Limit": {"description": "requests the route's limit allows", "schema": _INTEGER},
+    "RateLimit-Remaining": {
+        "description": "requests the caller may still make at once",
+        "schema": _INTEGER,
+    },
+    "RateLimit-Reset": {
+        "description": "seconds until the caller's full limit is available again",
+        "schema": _INTEGER,
+    },
+    "RateLimit-Policy": {
+        "description": "the limit as `<requests>;w=<window seconds>`",
+        "schema": {"type": "string", "examples": ["120;w=60"]},
+    },
+}
+RETRY_AFTER_HEADER: JsonObject = {
+    "description": "seconds to wait before retrying",
+    "schema": {"type": "integer", "minimum": 1},
+}
+REPLAYED_HEADER_DOC: JsonObject = {
+    "description": "`true` when this is the stored response of an earlier request with the "
+    "same `Idempotency-Key`",
+    "schema": {"type": "string", "enum": ["true"]},
+}
+
+
+def _add_response_headers(route: Route, responses: dict[str, Response]) -> None:
+    """The response headers: rate-limit fields on successes and 429, `Retry-After` on 429,
+    `Idempotent-Replayed` on the successes of idempotent routes."""
+    successes = [str(route.status), *(str(status) for status, _ in route.also_status)]
+    for status in successes:
+        headers: dict[str, JsonObject] = {}
+        if route.rate_limited:
+            headers.update(RATE_LIMIT_HEADERS)
+        if route.idempotent:
+            headers[REPLAYED_HEADER] = REPLAYED_HEADER_DOC
+        if headers and status in responses:
+            responses[status] = {**responses[status], "headers": headers}
+    if "429" in responses:
+        limits = RATE_LIMIT_HEADERS if route.rate_limited else {}
+        responses["429"] = {
+            **responses["429"],
+            "headers": {**limits, "Retry-After": RETRY_AFTER_HEADER},
+        }
 
 
 def build_openapi(routes: list[Route], *, title: str, description: str) -> OpenApiDocument:
@@ -399,7 +482,8 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> OpenA
             "operationId": route.name,
             "summary": route.summary,
             "tags": [route.tag],
-            "security": _SECURITY[route.auth],
+            "security": _SECURITY[route.auth]
+            + ([{route.query_credential.scheme: []}] if route.query_credential else []),
             "x-auth": route.auth.value,
             "description": _description(route),
         }
@@ -427,6 +511,8 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> OpenA
                 if "description" in prop:
                     param["description"] = prop["description"]
                 parameters.append(param)
+        if route.idempotent:
+            parameters.append(IDEMPOTENCY_PARAMETER)
         if parameters:
             operation["parameters"] = parameters
         if route.body is not None:
@@ -479,6 +565,7 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> OpenA
                     }
                 },
             }
+        _add_response_headers(route, responses)
         operation["responses"] = responses
         paths.setdefault(_openapi_path(route.path), {})[route.method.lower()] = operation
 
@@ -632,7 +719,10 @@ SPEC_AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "GET /v1/verifier/jobs/{jobId}/evidence/raw",
         ),
     ),
-    ("Live event stream (Server-Sent Events; our extension)", ("GET /v1/stream",)),
+    (
+        "Live event stream (Server-Sent Events; our extension)",
+        ("GET /v1/stream", "POST /v1/stream/tickets"),
+    ),
 )
 
 

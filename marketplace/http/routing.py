@@ -10,8 +10,9 @@ Per request the adapter does, in this order: authenticate (spec section 5; a ver
 only recorded in memory, see ``marketplace.identity.session_recorder``), rate-limit, for an unsafe
 method make sure the caller's ``users`` row is written (rows the request writes may reference it),
 run the guarded-mutation checks (verified e-mail, then the registered hooks such as legal assent,
-before validation as rule 8 requires), validate path/query/body with pydantic, call the handler,
-and serialise its response model.
+before validation as rule 8 requires), validate path/query/body with pydantic, call the handler
+(an ``idempotent=True`` route through ``marketplace.http.idempotency``, which answers a stored
+response again for a repeated ``Idempotency-Key``), and serialise its response model.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from marketplace.errors import (
     UnsupportedMediaType,
     ValidationDetail,
 )
-from marketplace.http import keys
+from marketplace.http import idempotency, keys
 from marketplace.http.middlewares import request_started_at
 from marketplace.http.ratelimit import RATE_LIMITER
 from marketplace.http.read_cache import READ_CACHE, Cacheable
@@ -171,11 +172,34 @@ class Route:
     # Serve this read from the frontend's response cache (marketplace/http/read_cache.py); the
     # handler sets ``call.cacheable`` when its response may be stored.
     cache: CacheKey | None = None
+    # A POST that creates something: an `Idempotency-Key` header makes a retry answer the first
+    # response again (marketplace/http/idempotency.py); the OpenAPI document lists the header.
+    idempotent: bool = False
+    # A query-string credential this route (and only it) accepts besides its auth mode's
+    # headers; it satisfies `AuthMode.EITHER`.
+    query_credential: QueryCredential | None = None
 
     def __post_init__(self) -> None:
         if self.sends_messages and not self.guarded:
             # The suspension check is a guard: without `guarded` it would silently not run.
             raise ValueError(f"{self.name}: sends_messages=True needs guarded=True")
+        if self.idempotent and (self.method != "POST" or self.body_form or self.cache):
+            raise ValueError(f"{self.name}: idempotent=True is for POST routes with a JSON body")
+
+
+@dataclass(frozen=True)
+class QueryCredential:
+    """A credential one route accepts in its query string instead of the headers (the event
+    stream's single-use ticket: a browser's EventSource cannot send headers). Only a route that
+    declares it reads the parameter; it counts as a presented credential for the
+    failed-authentication limit, and sending it with header credentials is 400."""
+
+    param: str
+    # The principal the value proves (spending it, for a single-use one); raises Unauthorized
+    # for a value that does not verify.
+    redeem: Callable[[web.Request, str], Awaitable[Principal]]
+    # Name of its OpenAPI security scheme (openapi.SECURITY_SCHEMES).
+    scheme: str
 
 
 # Every route the app registered, in registration order (the OpenAPI document is built from it).
@@ -244,16 +268,27 @@ async def authenticate(request: web.Request, route: Route) -> tuple[Principal | 
     app = request.app
     authorization = request.headers.get("Authorization")
     key_secret = request.headers.get("x-agent-api-key")
+    carried = route.query_credential
+    in_query = None
+    if carried is not None:
+        in_query = request.query.get(carried.param)
+        if in_query is not None and (authorization is not None or key_secret is not None):
+            raise InvalidRequest(f"send either credential headers or `{carried.param}`, not both")
     limiter = app[RATE_LIMITER]
     attempt = None
-    if authorization is not None or key_secret is not None:
+    if authorization is not None or key_secret is not None or in_query is not None:
         # Before any credential is looked at: an address that spent its failed-authentication
         # budget gets 429 whatever it presents, so guesses cannot be checked faster than that.
         attempt = await limiter.before_credentials(request)
     try:
-        session, principal, is_scheduler = await _verify_credentials(
-            request, authorization, key_secret
-        )
+        principal: Principal | None
+        if carried is not None and in_query is not None:
+            session, is_scheduler = None, False
+            principal = await carried.redeem(request, in_query)
+        else:
+            session, principal, is_scheduler = await _verify_credentials(
+                request, authorization, key_secret
+            )
     except PrincipalMismatch:
         if attempt is not None:
             await limiter.credentials_accepted(request, attempt)
@@ -535,10 +570,25 @@ async def _run(
         call.body = await _validate_form(request, route.body)
     elif route.body is not None:
         call.body = await _validate_body(request, route.body)
-    result = await route.handler(call)
-    if call.cacheable is not None and route.cache is not None:
-        request[_CACHEABLE] = call.cacheable
-    return render(route, result)
+    if route.idempotent:
+        user_id = None if call.principal is None else call.principal.user_id
+        return await idempotency.respond(
+            request,
+            user_id,
+            call.pool,
+            call.settings.idempotency_key_ttl_hours,
+            route.name,
+            lambda: _respond(call),
+        )
+    return await _respond(call)
+
+
+async def _respond(call: Call[Any, Any, Any]) -> web.StreamResponse:
+    """The handler's answer, rendered."""
+    result = await call.route.handler(call)
+    if call.cacheable is not None and call.route.cache is not None:
+        call.request[_CACHEABLE] = call.cacheable
+    return render(call.route, result)
 
 
 async def run_guards(call: Call[Any, Any, Any]) -> None:

@@ -16,12 +16,16 @@ from aiohttp import web
 
 from marketplace.http import keys
 from marketplace.http.middlewares import REQUEST_ID_HEADER, account_request, route_template
+from marketplace.http.ratelimit import RATE_LIMIT_HEADERS
 from marketplace.metrics import HTTP_IN_FLIGHT, HTTP_STREAMS_OPEN
 
 
 async def open_stream(request: web.Request, response: web.StreamResponse) -> None:
     """Send the response head and account for the request; the body follows as it comes."""
     response.headers[REQUEST_ID_HEADER] = request[keys.REQUEST_ID]
+    # The head goes now: the route limit's headers, which the middleware adds to other answers,
+    # must be in it.
+    response.headers.update(request.get(RATE_LIMIT_HEADERS, {}))
     await response.prepare(request)
     request[keys.STREAM_RESPONSE] = response
     request[keys.STREAM_OPENED_AT] = time.perf_counter()

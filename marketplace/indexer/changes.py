@@ -6,6 +6,11 @@ differ is ``project.changed`` listing exactly those fields with their new values
 identical to the stored row (a touched project whose change the read model does not show, or a
 replayed batch) is no event. Rollbacks give ``chain.reorg`` and then a ``project.removed`` per
 deleted project.
+
+On-chain bids ride on ``project.changed``: a bid that appeared or changed is listed under the
+event's ``bids`` with its changed fields (the bids read's names and formats); a project whose
+bids changed but whose snapshot did not gets a ``project.changed`` with empty ``changes`` and
+``milestones``, after its ``project.created`` when it is new.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 from pydantic import JsonValue
 
 from marketplace.events.types import (
+    BidChanges,
     ChainReorgPayload,
     MilestoneChanges,
     NewEvent,
@@ -27,7 +33,9 @@ from marketplace.events.types import (
     ProjectRemovedPayload,
     chain_subject,
 )
+from marketplace.projects.bids import bid_changes
 from marketplace.storage.read_model_rows import MilestoneRow, ProjectCreation, ProjectRow
+from marketplace.storage.repositories.bids import BidRow
 
 # Compared and reported fields: every snapshot column the upsert may change.
 PROJECT_FIELDS = tuple(
@@ -141,6 +149,64 @@ def snapshot_events(
                 )
             )
     return events
+
+
+def bid_events(
+    before: Mapping[tuple[str, str], BidRow],
+    after: Mapping[tuple[str, str], BidRow],
+) -> dict[str, list[BidChanges]]:
+    """Per project, the bids that differ between ``before`` and ``after`` (by bidder)."""
+    found: dict[str, list[BidChanges]] = {}
+    for key in sorted(before.keys() | after.keys()):
+        old, new = before.get(key), after.get(key)
+        if old == new:
+            continue
+        project, bidder = key
+        found.setdefault(project, []).append(
+            BidChanges(bidderAddress=bidder, changes=bid_changes(old, new))
+        )
+    return found
+
+
+def with_bid_events(
+    events: Sequence[NewEvent], bids: Mapping[str, list[BidChanges]], *, block: int
+) -> list[NewEvent]:
+    """``events`` with the bid changes added: to the project's ``project.changed`` when there is
+    one, else as a ``project.changed`` of their own (after the ``project.created`` of a new
+    project, or appended)."""
+    if not bids:
+        return list(events)
+    merged: list[NewEvent] = []
+    pending = dict(bids)
+    for event in events:
+        payload = event.payload
+        changes = pending.get(event.subject)
+        if changes is not None and isinstance(payload, ProjectChangedPayload):
+            del pending[event.subject]
+            merged.append(
+                NewEvent(
+                    event.subject,
+                    ProjectChangedPayload(
+                        block=payload.block,
+                        changes=payload.changes,
+                        milestones=payload.milestones,
+                        bids=changes,
+                    ),
+                )
+            )
+            continue
+        merged.append(event)
+        if changes is not None and isinstance(payload, ProjectCreatedPayload):
+            del pending[event.subject]
+            merged.append(_bids_only(event.subject, changes, block))
+    merged.extend(_bids_only(subject, pending[subject], block) for subject in sorted(pending))
+    return merged
+
+
+def _bids_only(subject: str, changes: list[BidChanges], block: int) -> NewEvent:
+    return NewEvent(
+        subject, ProjectChangedPayload(block=block, changes={}, milestones=[], bids=changes)
+    )
 
 
 def reorg_events(

@@ -12,9 +12,17 @@ the chain's. On a mismatch it rolls back to the newest recorded block that still
 projects created after it, re-snapshots every project the dropped blocks touched at the current
 head, and rescans from there, so the read model converges to the canonical chain.
 
+On-chain bids are the one read model kept from logs rather than snapshots: a batch decodes the
+bid logs (BidPosted, BidUpdated, BidCancelled, BidSelected, BondReclaimed) of the projects it
+indexes, appends them to ``bid_events`` and sets those projects' ``bids`` rows to the fold of their
+logs (``marketplace.projects.bids.fold_bids``), in the batch's transaction. A rollback deletes the
+bid logs above the fork block and folds the affected projects' remaining logs again, so ``bids``
+is always the fold of the canonical logs up to the cursor.
+
 Each of these transactions writes its change events (``marketplace.indexer.changes``) as its
-last statement: ``project.created`` / ``project.changed`` for what a batch wrote, ``chain.reorg``
-and ``project.removed`` for a rollback. An event exists exactly when its change committed.
+last statement: ``project.created`` / ``project.changed`` for what a batch wrote (bid changes
+under ``project.changed``'s ``bids``), ``chain.reorg`` and ``project.removed`` for a rollback. An
+event exists exactly when its change committed.
 """
 
 from __future__ import annotations
@@ -33,17 +41,21 @@ from marketplace.chain.abi import ContractAbi
 from marketplace.chain.enums import BiddingAccess
 from marketplace.chain.project_state import ProjectCreated, ProjectState
 from marketplace.chain.rpc import JsonRpcClient, RpcBlockHeader, RpcError, RpcLog
-from marketplace.events.types import NewEvent
+from marketplace.events.types import BidChanges, NewEvent
 from marketplace.indexer.changes import (
     Snapshot,
+    bid_events,
     registry_reset_events,
     reorg_events,
     snapshot_events,
+    with_bid_events,
 )
 from marketplace.indexer.health import lag_seconds_of
 from marketplace.indexer.snapshot import project_rows
+from marketplace.projects.bids import diff_bids, fold_bids
 from marketplace.storage.pool import Connection
 from marketplace.storage.read_model_rows import MilestoneRow, ProjectCreation, ProjectRow
+from marketplace.storage.repositories import bids as bids_repo
 from marketplace.storage.repositories import events as events_repo
 from marketplace.storage.repositories import indexer as repo
 
@@ -59,6 +71,14 @@ SNAPSHOT_CONCURRENCY = 4
 # Snapshots upserted per statement at most: large enough for few round trips, small enough that
 # one statement stays well inside the pool's command timeout on a busy server.
 WRITE_PROJECTS = 1_000
+# The bid logs the bids read model is kept from, by event name: the kind stored in bid_events.
+BID_EVENT_KINDS = {
+    "BidPosted": "posted",
+    "BidUpdated": "updated",
+    "BidCancelled": "cancelled",
+    "BidSelected": "selected",
+    "BondReclaimed": "bond_reclaimed",
+}
 # The head query opens every poll: a node that does not answer it this fast counts as
 # unreachable (the client's own timeout is for the big log and snapshot reads).
 HEAD_TIMEOUT_SECONDS = 5.0
@@ -104,6 +124,7 @@ class _Batch:
     before_projects: dict[str, repo.StoredRow] = field(default_factory=dict)
     before_milestones: dict[tuple[str, int], repo.StoredRow] = field(default_factory=dict)
     known: set[str] = field(default_factory=set)  # projects indexed before this batch
+    bid_logs: list[RpcLog] = field(default_factory=list)  # of the registry's projects
     block_hash: str = ""
     block_time: datetime | None = None
 
@@ -139,6 +160,10 @@ class IndexerEngine:
         )
         self.get_state = self.project_abi.functions["getProjectState"]
         self.get_allowlist = self.project_abi.functions["allowlist"]
+        self.bid_events = {
+            self.project_abi.events[name].topic0: (kind, self.project_abi.events[name])
+            for name, kind in BID_EVENT_KINDS.items()
+        }
         self._known: set[str] | None = None
         self._lag_alerting = False
 
@@ -190,6 +215,7 @@ class IndexerEngine:
         end = min(head, start + self.config.page_blocks * self.config.max_pages - 1)
         async with self.pool.acquire() as conn, conn.transaction():
             batch = await self._index_batch(conn, start, end)
+            bid_changes = await self._write_bids(conn, batch)
             events = snapshot_events(
                 batch.before_projects,
                 batch.before_milestones,
@@ -197,6 +223,7 @@ class IndexerEngine:
                 batch.written,
                 block=end,
             )
+            events = with_bid_events(events, bid_changes, block=end)
             await repo.record_block(
                 conn, self.config.chain_id, end, batch.block_hash, batch.touched
             )
@@ -292,6 +319,7 @@ class IndexerEngine:
         # Creations first, then everything else: no sort by (block, log index) needed, since a
         # project's events count whether they come before or after its creation in the page.
         others = []
+        bid_topics = self.bid_events
         for entry in logs:
             if entry.get("removed"):
                 continue
@@ -313,15 +341,20 @@ class IndexerEngine:
                     touched.add(address)
                     fresh.append(address)
             else:
-                others.append(entry["address"])
-        for raw in others:
-            address = raw.lower()
+                others.append(entry)
+        for entry in others:
+            address = entry["address"].lower()
             if address in touched:
                 batch.events += 1
             elif address in known or address in creations:
                 batch.events += 1
                 touched.add(address)
                 fresh.append(address)
+            else:
+                continue
+            topics = entry["topics"]
+            if topics and topics[0] in bid_topics:
+                batch.bid_logs.append(entry)
         return fresh
 
     async def _snapshot_chunk(
@@ -439,6 +472,93 @@ class IndexerEngine:
         batch.before_milestones.update(before_milestones)
         batch.written |= written
 
+    # --- bids ---------------------------------------------------------------------------------
+
+    async def _write_bids(self, conn: Connection, batch: _Batch) -> dict[str, list[BidChanges]]:
+        """Append the batch's bid logs and fold its projects' bids again; return the changes.
+
+        Only logs of projects the read model holds count (the batch's snapshots: a project the
+        registry never created has none). A project indexed before this batch is folded from all
+        its stored logs; one created in this batch has no others, so its new logs suffice.
+        """
+        if not batch.bid_logs:
+            return {}
+        indexed = {project.project_address for project, _, _ in batch.snapshots}
+        logs = [e for e in batch.bid_logs if e["address"].lower() in indexed]
+        if not logs:
+            return {}
+        times = await self._block_times(logs)
+        decoded = [self._bid_event(entry, times) for entry in logs]
+        await bids_repo.insert_events(conn, decoded)
+        projects = {event.project_address for event in decoded}
+        # As in _write_rows: only projects the read model may hold already are read back.
+        stored = sorted(p for p in projects if p in batch.known or p not in batch.creations)
+        events = await bids_repo.events_of(conn, stored) if stored else []
+        old = set(stored)
+        events += sorted(
+            (e for e in decoded if e.project_address not in old),
+            key=lambda e: (e.project_address, e.block_number, e.log_index),
+        )
+        return await self._replace_bids(conn, stored, events)
+
+    async def _replace_bids(
+        self, conn: Connection, stored: list[str], events: list[bids_repo.BidEventRow]
+    ) -> dict[str, list[BidChanges]]:
+        """Set the bids of the projects of ``events`` (and of ``stored``, the ones that may
+        have rows already) to the fold of ``events``; return what changed."""
+        before = await bids_repo.bids_of(conn, stored) if stored else {}
+        after = fold_bids(events)
+        upserts, deletions = diff_bids(before, after)
+        await bids_repo.replace_bids(conn, upserts, deletions)
+        return bid_events(before, after)
+
+    async def _block_times(self, logs: list[RpcLog]) -> dict[int, datetime]:
+        """Block time of every block of ``logs``: from the log's ``blockTimestamp`` where the
+        node gives it (anvil, recent geth and reth do), else one batched header read."""
+        times: dict[int, datetime] = {}
+        missing: set[int] = set()
+        for entry in logs:
+            number = int(entry["blockNumber"], 16)
+            stamp = cast(dict[str, Any], entry).get("blockTimestamp")
+            if stamp is not None:
+                times[number] = datetime.fromtimestamp(int(stamp, 16), UTC)
+            elif number not in times:
+                missing.add(number)
+        missing -= times.keys()
+        if missing:
+            order = sorted(missing)
+            headers = await self.rpc.batch(
+                [("eth_getBlockByNumber", [_hex(n), False]) for n in order]
+            )
+            for number, header in zip(order, headers, strict=True):
+                if header is None:
+                    raise RpcError(f"block {number} not found")
+                times[number] = datetime.fromtimestamp(int(header["timestamp"], 16), UTC)
+        return times
+
+    def _bid_event(self, entry: RpcLog, times: dict[int, datetime]) -> bids_repo.BidEventRow:
+        kind, event = self.bid_events[entry["topics"][0]]
+        args = event.decode_log(entry, checksum_addresses=False)
+        number = int(entry["blockNumber"], 16)
+        bidder = cast(str, args.get("bidder") or args.get("builder")).lower()
+        bid_hash = args.get("bidHash")
+        amount = args.get("bond", args.get("bondRefunded", args.get("amount")))
+        return bids_repo.BidEventRow(
+            project_address=entry["address"].lower(),
+            block_number=number,
+            log_index=int(entry["logIndex"], 16),
+            kind=kind,
+            bidder_address=bidder,
+            block_time=times[number],
+            bid_hash=cast(str, bid_hash).lower() if bid_hash is not None else None,
+            payouts=cast("list[int] | None", args.get("payouts")),
+            # BidSelected logs the milestone deadlines, not the durations: the fold keeps the
+            # bid's durations for it.
+            durations_seconds=cast("list[int] | None", args.get("durations")),
+            total_payout=cast("int | None", args.get("totalPayout")),
+            amount=cast("int | None", amount),
+        )
+
     async def _write_snapshots(
         self,
         conn: Connection,
@@ -526,6 +646,14 @@ class IndexerEngine:
         async with self.pool.acquire() as conn, conn.transaction():
             touched = await repo.drop_blocks_after(conn, self.config.chain_id, fork)
             deleted = await repo.delete_projects_created_after(conn, self.config.chain_id, fork)
+            # Bid logs of the dropped blocks go; the projects that had any are folded again
+            # from the logs that remain (the rescan adds the canonical ones back).
+            rebid = sorted(await bids_repo.delete_events_after(conn, self.config.chain_id, fork))
+            rebid_changes = (
+                await self._replace_bids(conn, rebid, await bids_repo.events_of(conn, rebid))
+                if rebid
+                else {}
+            )
             survivors = sorted(touched - deleted)
             if survivors:
                 await conn.execute(
@@ -543,7 +671,8 @@ class IndexerEngine:
                     head_block=head,
                     removed=deleted,
                     resnapshot=survivors,
-                ),
+                )
+                + with_bid_events([], rebid_changes, block=fork),
             )
         if self._known is not None:
             self._known -= deleted

@@ -20,6 +20,10 @@ from marketplace.chain.enums import (
     label,
 )
 from marketplace.chain.project_state import ProjectState
+
+# Re-exported: the unit rule is the read model's (marketplace/projects/bids.py).
+from marketplace.projects.bids import USDC_UNIT as USDC_UNIT
+from marketplace.projects.bids import usdc_display as usdc_display
 from marketplace.storage.read_model_rows import MilestoneRow, ProjectRow
 from marketplace.types import ZERO_ADDRESS, ZERO_BYTES32
 
@@ -31,11 +35,6 @@ DISPUTE_REASONS = tuple(label(m) for m in DisputeReason)
 # The read model only knows the two active dispute phases; a resolved dispute has no phase.
 ACTIVE_DISPUTE_PHASES = (DisputePhase.CHALLENGED, DisputePhase.VERIFIER_VERDICT)
 DISPUTE_PHASES = tuple(label(m) if m in ACTIVE_DISPUTE_PHASES else None for m in DisputePhase)
-USDC_UNIT = 10**6
-
-
-def usdc_display(base_units: int) -> int:
-    return base_units // USDC_UNIT
 
 
 def _address(value: str) -> str | None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from marketplace.errors import InvalidRequest
+from marketplace.events.types import MessageRemovedPayload, NewEvent, thread_subject
 from marketplace.messaging import rules
 from marketplace.messaging.errors import MessageNotFound, ReportNotFound
 from marketplace.messaging.models import BodyStatus, ReportStatus
@@ -141,6 +142,11 @@ async def change_status(
             else 0
         )
         after = rules.body_status_after(status, before, other_pending_reports=pending)
+        also: list[NewEvent] = []
+        if after is BodyStatus.REMOVED and before is not BodyStatus.REMOVED:
+            removed = await messages_repo.get_message(conn, report.message_id)
+            if removed is not None:  # locked above, so it exists
+                also.append(message_removed(removed, report.id))
         return await repo.apply_transition(
             conn,
             report=report,
@@ -150,4 +156,33 @@ async def change_status(
             admin_user_id=admin,
             body_status_before=before.value,
             body_status_after=after.value,
+            also=also,
         )
+
+
+def message_removed(message: messages_repo.MessageRow, report_id: uuid.UUID) -> NewEvent:
+    """The ``message.removed`` event of a message whose body an actioned report removed: its
+    subject (the project, or the DM thread) and audience are those of the message's own event."""
+    if message.kind == "direct":
+        return NewEvent(
+            thread_subject(message.thread_id),
+            MessageRemovedPayload(
+                messageId=str(message.id),
+                kind="direct",
+                senderUserId=str(message.sender_user_id),
+                reportId=str(report_id),
+                threadId=str(message.thread_id),
+                recipientUserId=str(message.recipient_user_id),
+            ),
+        )
+    assert message.project_address is not None  # a chat message
+    return NewEvent(
+        message.project_address,
+        MessageRemovedPayload(
+            messageId=str(message.id),
+            kind="project_chat",
+            senderUserId=str(message.sender_user_id),
+            reportId=str(report_id),
+            projectAddress=message.project_address,
+        ),
+    )

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from marketplace.storage.repositories.moderation import OffenseListRow
+from marketplace.storage.repositories.moderation import OffenseListRow, SuspendedUserRow
 from marketplace.storage.repositories.moderation_audit import AuditRow
 from marketplace.types import JsonObject, QueryModel, ResponseModel
 
@@ -49,6 +49,56 @@ class AuditQuery(QueryModel):
     )
     limit: int = _limit()
     cursor: str | None = _cursor()
+
+
+SuspensionState = Literal["active", "all"]
+
+
+class SuspensionsQuery(QueryModel):
+    state: SuspensionState = Field(
+        default="active",
+        description=(
+            "`active` (default): the accounts whose sending is suspended now; `all`: every "
+            "account ever suspended, `suspendedUntil` null for those not suspended now"
+        ),
+    )
+    limit: int = _limit()
+    cursor: str | None = _cursor()
+
+
+class SuspensionItem(ResponseModel):
+    userId: uuid.UUID
+    suspendedUntil: datetime | None = Field(
+        description="end of the account's active suspension; null when it is not suspended now "
+        "(`state=all` only)"
+    )
+    suspendedAt: datetime = Field(
+        description="start of the active suspension, else of the account's latest one"
+    )
+    offenses: int = Field(
+        ge=0,
+        description="the account's offenses within the suspension window "
+        "(`MARKETPLACE_MODERATION_WINDOW_SECONDS`) up to now",
+    )
+
+    @classmethod
+    def from_row(cls, row: SuspendedUserRow) -> SuspensionItem:
+        return cls(
+            userId=row.user_id,
+            suspendedUntil=row.suspended_until,
+            suspendedAt=row.suspended_at,
+            offenses=row.offenses,
+        )
+
+
+class SuspensionListResponse(ResponseModel):
+    """Suspended accounts, the newest suspension first."""
+
+    items: list[SuspensionItem]
+    count: int = Field(ge=0, description="items in this page")
+    nextCursor: str | None = Field(
+        description="pass as `cursor` for the next page; null on the last page"
+    )
 
 
 class OffenseItem(ResponseModel):

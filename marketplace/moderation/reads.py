@@ -13,13 +13,27 @@ from marketplace.config import Settings
 from marketplace.identity.permissions import flags_of
 from marketplace.moderation.errors import NotModerationAdmin, NotOffenseViewer
 from marketplace.moderation.offenses import SuspensionPolicy, window_total
-from marketplace.pagination import BIGINT_MAX, CursorKind, keyset_page
+from marketplace.pagination import (
+    BIGINT_MAX,
+    CursorKind,
+    TextCursorKind,
+    invalid_cursor,
+    keyset_page,
+)
 from marketplace.storage.pool import Conn
 from marketplace.storage.repositories import moderation as repo
 from marketplace.storage.repositories import moderation_audit as audit_repo
 
 OFFENSE_CURSOR = CursorKind("o1", (BIGINT_MAX,))
 AUDIT_CURSOR = CursorKind("a1", (BIGINT_MAX,))
+# The suspensions list: (microseconds of the suspension start, user id) of the page's last item;
+# a tag per state, so a cursor of one listing is refused by the other.
+_MICROS = r"0|[1-9][0-9]{0,18}"
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+SUSPENSION_CURSORS = {
+    "active": TextCursorKind("s1", (_MICROS, _UUID)),
+    "all": TextCursorKind("sa1", (_MICROS, _UUID)),
+}
 
 
 def _seq_position(row: repo.OffenseListRow | audit_repo.AuditRow) -> tuple[int]:
@@ -107,3 +121,37 @@ async def audit_page(
         limit=limit + 1,
     )
     return keyset_page(rows, limit, AUDIT_CURSOR, _seq_position)
+
+
+async def suspensions_page(
+    pool: asyncpg.Pool,
+    settings: Settings,
+    *,
+    viewer_id: uuid.UUID,
+    state: str,
+    limit: int,
+    cursor: str | None,
+) -> tuple[list[repo.SuspendedUserRow], str | None]:
+    """Suspended accounts, newest suspension first (``state`` ``active``: suspended now;
+    ``all``: ever), with their offenses in the window; moderation admins only."""
+    kind = SUSPENSION_CURSORS[state]
+    position = kind.position(cursor)
+    await require_moderation_admin(pool, viewer_id)
+    after = None
+    if position is not None:
+        micros, user_id = position
+        if int(micros) > BIGINT_MAX:
+            raise invalid_cursor()
+        after = (int(micros), uuid.UUID(user_id))
+    rows = await repo.suspended_page(
+        pool,
+        active_only=state == "active",
+        window_seconds=settings.moderation_window_seconds,
+        after=after,
+        limit=limit + 1,
+    )
+    page = list(rows[:limit])
+    if len(rows) <= limit or not page:
+        return page, None
+    last = page[-1]
+    return page, kind.encode(str(last.position), str(last.user_id))

@@ -3,6 +3,9 @@
 Everything a user wrote (usernames, project titles, message bodies) is untrusted here:
 - headers never receive a CR, LF or other control character from it (a subject is reduced to
   one line of at most :data:`MAX_SUBJECT_CHARS` characters), so it cannot add headers;
+- the subject and the names in it carry no bidirectional-text control (:func:`strip_bidi`), so
+  a right-to-left override in a project title cannot make a mail client show the subject
+  reversed or disguise what it names;
 - the HTML part escapes it, so it cannot add markup or links;
 - links must be absolute http(s) URLs, checked before they go into a header or an ``href``.
 """
@@ -13,6 +16,7 @@ import base64
 import email.policy
 import functools
 import html
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,11 +26,21 @@ from email.utils import format_datetime, getaddresses, make_msgid
 from urllib.parse import urlsplit
 
 from marketplace.config.mail import CONTROL, check_address, check_mail_from
+from marketplace.types import BIDI_CONTROLS
 
 MAX_SUBJECT_CHARS = 300
 MAX_URL_CHARS = 900  # a header line stays within RFC 5322's 998 characters
 ELLIPSIS = "…"
-# C0 and C1 controls, DEL, and the Unicode line and paragraph separators.
+# U+202A-U+202E (embeddings, overrides, pop), U+2066-U+2069 (isolates), U+200E, U+200F (marks)
+# and U+061C (ARABIC LETTER MARK).
+BIDI = re.compile(f"[{BIDI_CONTROLS}]")
+
+
+def strip_bidi(text: str) -> str:
+    """``text`` without bidirectional-text controls: right-to-left text still shows right to
+    left (the letters carry their own direction), but nothing a user wrote can reorder what
+    is around it."""
+    return BIDI.sub("", text)
 
 
 @dataclass(frozen=True)
@@ -57,7 +71,9 @@ def one_line(text: str, limit: int) -> str:
 
 
 def sanitize_subject(subject: str) -> str:
-    return one_line(subject, MAX_SUBJECT_CHARS) or "Marketplace notification"
+    """The ``Subject`` header's text: one line, no controls, no bidirectional-text controls
+    (also for subjects stored before they were stripped at the source)."""
+    return one_line(strip_bidi(subject), MAX_SUBJECT_CHARS) or "Marketplace notification"
 
 
 def make_preview(body: str, chars: int) -> str | None:

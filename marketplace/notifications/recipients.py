@@ -36,6 +36,7 @@ from marketplace.events.types import (
     Event,
     EventType,
 )
+from marketplace.notifications.email import strip_bidi
 from marketplace.notifications.models import NotificationEventType
 from marketplace.storage.pool import Conn
 from marketplace.storage.repositories import notification_deliveries as repo
@@ -79,7 +80,15 @@ def _subject(text: str) -> str:
 
 
 def _project_name(address: str, title: str | None) -> str:
-    return f"“{title}”" if title else f"project {address.lower()}"
+    # A name a user chose goes into the subject without bidirectional-text controls: a
+    # right-to-left override in a title would otherwise reorder the rest of the subject.
+    title = strip_bidi(title) if title else None
+    return f"“{title}”" if title and title.strip() else f"project {address.lower()}"
+
+
+def _user_name(name: str | None) -> str:
+    name = strip_bidi(name) if name else None
+    return name if name and name.strip() else "a marketplace user"
 
 
 def _uuid(value: str) -> uuid.UUID | None:
@@ -224,7 +233,7 @@ def _direct_message(event: DmMessage, lookups: _Lookups) -> Notification | None:
         event_type=NotificationEventType.DIRECT_MESSAGE,
         recipient_user_id=recipient,
         sender_user_id=sender,
-        subject=_subject(f"New direct message from {name or 'a marketplace user'}"),
+        subject=_subject(f"New direct message from {_user_name(name)}"),
         link_path=thread_link(payload.threadId),
         preview_message_id=_uuid(payload.messageId),
     )

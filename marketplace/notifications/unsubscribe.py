@@ -6,6 +6,12 @@ A token binds one user id and one event type under HMAC-SHA256 keyed with
     token = "u1." + base64url(user_id (16 bytes) || type code (1 byte) || mac (32 bytes))
     mac   = HMAC-SHA256(secret, "marketplace/notification-unsubscribe/v1\\0" || user_id || type)
 
+A token has exactly one spelling: the base64url alphabet (``-`` and ``_``, never ``+`` or
+``/``), no padding, no other characters, and the unused low bits of its last character zero.
+Any other spelling of the same bytes (padded, the standard alphabet, a last character that
+differs only in those unused bits) is refused like a forgery, so a token is its own identity:
+whoever logs, compares or caches tokens never sees two names for one link.
+
 It is URL-safe (no padding), carries no expiry (a link in an old e-mail keeps working, as
 RFC 8058 one-click requires) and cannot be moved to another user or event type without the
 secret: both are inside the MAC, and the MAC is compared in constant time. Rotating the secret
@@ -75,12 +81,17 @@ def _mac(key: bytes, user_id: uuid.UUID, code: int) -> bytes:
 def make_token(key: bytes, user_id: uuid.UUID, event_type: NotificationEventType) -> str:
     code = _TYPE_CODES[NotificationEventType(event_type)]
     raw = user_id.bytes + bytes([code]) + _mac(key, user_id, code)
-    return TOKEN_PREFIX + base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+    return TOKEN_PREFIX + _encode(raw)
+
+
+def _encode(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
 def read_token(key: bytes, token: str) -> UnsubscribeTarget:
     """The target a token names; :class:`InvalidUnsubscribeToken` for anything this server did
-    not sign (wrong shape, unknown type code, bad MAC)."""
+    not sign (wrong shape, a spelling other than the canonical one, unknown type code, bad
+    MAC)."""
     if len(token) != TOKEN_LENGTH or not token.isascii() or not token.startswith(TOKEN_PREFIX):
         raise InvalidUnsubscribeToken()
     body = token[len(TOKEN_PREFIX) :]
@@ -88,7 +99,9 @@ def read_token(key: bytes, token: str) -> UnsubscribeTarget:
         raw = base64.b64decode(body + "=" * (-len(body) % 4), altchars=b"-_", validate=True)
     except (binascii.Error, ValueError):
         raise InvalidUnsubscribeToken() from None
-    if len(raw) != _RAW_BYTES:
+    # The decoder also takes "+" and "/" and ignores the last character's unused bits: only the
+    # spelling make_token writes is a token.
+    if len(raw) != _RAW_BYTES or _encode(raw) != body:
         raise InvalidUnsubscribeToken()
     user_bytes, code, mac = raw[:16], raw[16], raw[17:]
     user_id = uuid.UUID(bytes=user_bytes)

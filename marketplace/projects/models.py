@@ -127,6 +127,12 @@ class ProjectReadModel(ResponseModel):
     title: str | None = Field(default=None, max_length=200)
     description: str | None = Field(default=None, max_length=2000)
     imageUrl: str | None = Field(default=None, max_length=1024)
+    repoUrl: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="the repository URL of the claimed metadata (part of `metadataHash`); "
+        "absent when the metadata is not claimed or has none",
+    )
     viewerCanEditMetadata: bool | None = Field(
         default=None,
         description=(

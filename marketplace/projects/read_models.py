@@ -236,6 +236,7 @@ def project_model(
         title=row.title,
         description=row.description,
         imageUrl=row.image_url,
+        repoUrl=row.repo_url,
         viewerCanEditMetadata=viewer_can_edit,
         configHash=row.config_hash,
         selectedBuilderAddress=_address(row.selected_builder_address),

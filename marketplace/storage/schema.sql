@@ -70,6 +70,43 @@ CREATE TABLE public.bid_drafts (
     CONSTRAINT bid_drafts_project_address_check CHECK ((project_address ~ '^0x[0-9a-f]{40}$'::text))
 );
 
+CREATE TABLE public.bid_events (
+    project_address text NOT NULL,
+    block_number bigint NOT NULL,
+    log_index integer NOT NULL,
+    kind text NOT NULL,
+    bidder_address text NOT NULL,
+    block_time timestamp with time zone NOT NULL,
+    bid_hash text,
+    payouts numeric(78,0)[],
+    durations_seconds bigint[],
+    total_payout numeric(78,0),
+    amount numeric(78,0),
+    CONSTRAINT bid_events_bid_hash_check CHECK ((bid_hash ~ '^0x[0-9a-f]{64}$'::text)),
+    CONSTRAINT bid_events_bidder_address_check CHECK ((bidder_address ~ '^0x[0-9a-f]{40}$'::text)),
+    CONSTRAINT bid_events_kind_check CHECK ((kind = ANY (ARRAY['posted'::text, 'updated'::text, 'cancelled'::text, 'selected'::text, 'bond_reclaimed'::text])))
+);
+
+CREATE TABLE public.bids (
+    project_address text NOT NULL,
+    bidder_address text NOT NULL,
+    status text NOT NULL,
+    bid_hash text NOT NULL,
+    payouts_usdc numeric(78,0)[] NOT NULL,
+    durations_seconds bigint[] NOT NULL,
+    total_payout_usdc numeric(78,0) NOT NULL,
+    bond_usdc numeric(78,0) NOT NULL,
+    posted_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    first_block bigint NOT NULL,
+    first_log_index integer NOT NULL,
+    last_block bigint NOT NULL,
+    last_log_index integer NOT NULL,
+    CONSTRAINT bids_bid_hash_check CHECK ((bid_hash ~ '^0x[0-9a-f]{64}$'::text)),
+    CONSTRAINT bids_bidder_address_check CHECK ((bidder_address ~ '^0x[0-9a-f]{40}$'::text)),
+    CONSTRAINT bids_status_check CHECK ((status = ANY (ARRAY['active'::text, 'cancelled'::text, 'selected'::text, 'not_selected'::text, 'bond_reclaimed'::text])))
+);
+
 CREATE TABLE public.challenge_submissions (
     submission_id uuid DEFAULT gen_random_uuid() NOT NULL,
     project_address text NOT NULL,
@@ -153,6 +190,25 @@ CREATE SEQUENCE public.events_id_seq
     CACHE 1;
 
 ALTER SEQUENCE public.events_id_seq OWNED BY public.events.id;
+
+CREATE TABLE public.idempotency_keys (
+    user_id uuid NOT NULL,
+    key_digest bytea NOT NULL,
+    request_hash bytea NOT NULL,
+    route text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    locked_until timestamp with time zone,
+    claim_token uuid NOT NULL,
+    response_status smallint,
+    response_headers jsonb,
+    response_body bytea,
+    CONSTRAINT idempotency_keys_check CHECK (((locked_until IS NULL) = (response_status IS NOT NULL))),
+    CONSTRAINT idempotency_keys_check1 CHECK (((response_status IS NULL) = (response_body IS NULL))),
+    CONSTRAINT idempotency_keys_key_digest_check CHECK ((octet_length(key_digest) = 32)),
+    CONSTRAINT idempotency_keys_request_hash_check CHECK ((octet_length(request_hash) = 32)),
+    CONSTRAINT idempotency_keys_response_status_check CHECK (((response_status >= 200) AND (response_status <= 499)))
+);
 
 CREATE TABLE public.indexer_blocks (
     chain_id bigint NOT NULL,
@@ -724,6 +780,12 @@ ALTER TABLE ONLY public.bid_drafts
 ALTER TABLE ONLY public.bid_drafts
     ADD CONSTRAINT bid_drafts_pkey PRIMARY KEY (draft_id);
 
+ALTER TABLE ONLY public.bid_events
+    ADD CONSTRAINT bid_events_pkey PRIMARY KEY (project_address, block_number, log_index);
+
+ALTER TABLE ONLY public.bids
+    ADD CONSTRAINT bids_pkey PRIMARY KEY (project_address, bidder_address);
+
 ALTER TABLE ONLY public.challenge_submissions
     ADD CONSTRAINT challenge_submissions_one_per_submitter UNIQUE (project_address, submitter_address);
 
@@ -747,6 +809,9 @@ ALTER TABLE ONLY public.event_relay_cursor
 
 ALTER TABLE ONLY public.events
     ADD CONSTRAINT events_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.idempotency_keys
+    ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (user_id, key_digest);
 
 ALTER TABLE ONLY public.indexer_blocks
     ADD CONSTRAINT indexer_blocks_pkey PRIMARY KEY (chain_id, block_number);
@@ -883,9 +948,15 @@ CREATE INDEX api_key_usage_by_key_time ON public.api_key_usage USING btree (key_
 
 CREATE INDEX api_keys_by_user ON public.api_keys USING btree (user_id, created_at);
 
+CREATE INDEX bid_events_block ON public.bid_events USING btree (block_number);
+
+CREATE UNIQUE INDEX bids_listing_order ON public.bids USING btree (project_address, first_block, first_log_index);
+
 CREATE INDEX dm_threads_by_high ON public.dm_threads USING btree (user_high, activity_seq DESC);
 
 CREATE INDEX dm_threads_by_low ON public.dm_threads USING btree (user_low, activity_seq DESC);
+
+CREATE INDEX idempotency_keys_expiry ON public.idempotency_keys USING btree (expires_at);
 
 CREATE INDEX jobs_claim ON public.jobs USING btree (queue, next_attempt_at, id) WHERE (status = ANY (ARRAY['queued'::text, 'running'::text]));
 
@@ -989,6 +1060,12 @@ ALTER TABLE ONLY public.bid_drafts
 
 ALTER TABLE ONLY public.bid_drafts
     ADD CONSTRAINT bid_drafts_updated_by_fkey FOREIGN KEY (updated_by) REFERENCES public.users(user_id) ON DELETE SET NULL;
+
+ALTER TABLE ONLY public.bid_events
+    ADD CONSTRAINT bid_events_project_address_fkey FOREIGN KEY (project_address) REFERENCES public.projects(project_address) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.bids
+    ADD CONSTRAINT bids_project_address_fkey FOREIGN KEY (project_address) REFERENCES public.projects(project_address) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.challenge_submissions
     ADD CONSTRAINT challenge_submissions_created_by_fkey FOREIGN KEY (created_by) REFERENCES public.users(user_id) ON DELETE SET NULL;

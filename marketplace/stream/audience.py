@@ -16,7 +16,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 
-from marketplace.events.types import ChatMessage, DmMessage, Event, EventType, ReportUpdated
+from marketplace.events.types import (
+    ChatMessage,
+    DmMessage,
+    Event,
+    EventType,
+    MessageRemoved,
+    ReportUpdated,
+)
 from marketplace.storage.pool import Conn
 from marketplace.storage.repositories import stream_audience as repo
 
@@ -70,11 +77,32 @@ async def dm_participants(conn: Conn, event: Event) -> set[uuid.UUID]:
     """The thread's two participants, except a recipient who blocks the sender now."""
     if not isinstance(event, DmMessage):
         return set()
-    sender = uuid.UUID(event.payload.senderUserId)
-    recipient = uuid.UUID(event.payload.recipientUserId)
+    return await _dm_pair(conn, event.payload.senderUserId, event.payload.recipientUserId)
+
+
+async def _dm_pair(conn: Conn, sender_id: str, recipient_id: str) -> set[uuid.UUID]:
+    try:
+        sender, recipient = uuid.UUID(sender_id), uuid.UUID(recipient_id)
+    except ValueError:  # a payload no producer writes: show it to nobody rather than raise
+        return set()
     if await repo.blocks(conn, recipient, sender):
         return {sender}
     return {sender, recipient}
+
+
+@audience(EventType.MESSAGE_REMOVED)
+async def removed_message_audience(conn: Conn, event: Event) -> set[uuid.UUID]:
+    """The audience of the message's own event, now: the project's owner and selected worker
+    for a chat message (as ``chat.message``), the thread's two participants except a recipient
+    who blocks the sender for a direct one (as ``dm.message``)."""
+    if not isinstance(event, MessageRemoved):
+        return set()
+    payload = event.payload
+    if payload.kind == "direct" and payload.recipientUserId is not None:
+        return await _dm_pair(conn, payload.senderUserId, payload.recipientUserId)
+    if payload.kind == "project_chat" and payload.projectAddress is not None:
+        return await repo.project_party_users(conn, payload.projectAddress)
+    return set()
 
 
 @audience(EventType.REPORT_UPDATED)

@@ -44,6 +44,7 @@ from marketplace.metrics import (
     STREAM_DELIVERY_LATENCY,
     STREAM_EVENTS_DELIVERED,
     STREAM_HUB_POSITION,
+    STREAM_RESETS,
     STREAMS_CLOSED,
     STREAMS_OPEN,
 )
@@ -51,8 +52,9 @@ from marketplace.outbox.consumer import EventStream
 from marketplace.storage.repositories import api_keys as api_keys_repo
 from marketplace.storage.repositories import events as events_repo
 from marketplace.stream import sse
-from marketplace.stream.audience import audience_of, streamed_types
+from marketplace.stream.audience import streamed_types
 from marketplace.stream.slots import StreamSlots
+from marketplace.stream.views import frames_for
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,9 @@ AUDIENCE_WINDOW = 8
 LIVENESS_INTERVAL_SECONDS = 1.0
 # A slot lease outlives this many missed heartbeats.
 LEASE_HEARTBEATS = 3
+# After Redis lost the slots, opening a stream waits this long (three of the hubs' one-second
+# checks of the slots' epoch) for every hub to re-register its streams.
+SLOTS_RECOVERY_SECONDS = 3 * LIVENESS_INTERVAL_SECONDS
 
 Send = Callable[[bytes], Awaitable[None]]
 
@@ -79,6 +84,8 @@ class HubConfig:
     heartbeat: float
     max_per_user: int
     queue_size: int
+    # A resume position more than this many ids behind the stream's is not replayed.
+    replay_max_events: int = 1_000
 
     @property
     def lease_seconds(self) -> float:
@@ -91,6 +98,7 @@ class HubConfig:
             heartbeat=settings.stream_heartbeat_seconds,
             max_per_user=settings.stream_max_per_user,
             queue_size=settings.stream_queue_size,
+            replay_max_events=settings.stream_replay_max_events,
         )
 
 
@@ -103,11 +111,24 @@ class Close(NamedTuple):
     reason: str
 
 
-Item = Event | Heartbeat | Close
+class Frame(NamedTuple):
+    """An event as one stream writes it: the SSE message of the recipient's view
+    (``views.frames_for``), shared by the streams of the recipients with the same view."""
+
+    id: int
+    type: str
+    created_at: float  # Unix seconds
+    data: bytes
 
 
-# An event read ahead with its audience query (None: not started), or the reader's failure.
-Ahead = tuple[Event, "asyncio.Future[set[uuid.UUID]] | None"] | Exception
+Item = Frame | Heartbeat | Close
+# Each recipient's SSE message of one event.
+Frames = dict[uuid.UUID, bytes]
+
+
+# An event read ahead with its audience and view query (None: not started), or the reader's
+# failure.
+Ahead = tuple[Event, "asyncio.Future[Frames] | None"] | Exception
 
 
 async def _stop(task: asyncio.Task[None]) -> None:
@@ -169,7 +190,10 @@ class StreamHub:
         self.config = config
         self.events = EventStream(redis, pool, stream=config.stream, block_ms=FOLLOW_BLOCK_MS)
         self.slots = StreamSlots(
-            redis, limit=config.max_per_user, lease_seconds=config.lease_seconds
+            redis,
+            limit=config.max_per_user,
+            lease_seconds=config.lease_seconds,
+            recovery_seconds=SLOTS_RECOVERY_SECONDS,
         )
         self.types = streamed_types()
         self.position = 0
@@ -177,12 +201,19 @@ class StreamHub:
         self.by_user: dict[uuid.UUID, set[Subscriber]] = {}
         self.closing = False
         self._tasks: list[asyncio.Task[None]] = []
+        # The slot epoch this hub's leases were registered under (slots.py); None: unknown.
+        self.slots_epoch: str | None = None
 
     # --- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
         self.position = await events_repo.last_id(self.pool)
         STREAM_HUB_POSITION.set(self.position)
+        try:
+            self.slots_epoch = await self.slots.start_epoch()
+        except Exception:
+            # The tick notes the epoch once Redis answers (and re-registers, with no stream yet).
+            log.warning("could not read the event stream slots' epoch", exc_info=True)
         self._tasks = [
             asyncio.create_task(self._follow(), name="stream-hub-follow"),
             asyncio.create_task(self._tick(), name="stream-hub-tick"),
@@ -242,15 +273,24 @@ class StreamHub:
         """
         last = after
         try:
-            await send(sse.position_message(after))
-            if after < subscriber.live_from:
-                replayed = self.events.replay(after, subscriber.live_from, self.types)
+            reset = await self._reset_reason(after, subscriber.live_from)
+            if reset is not None:
+                # Too far behind to replay: the client starts again from the stream's position.
+                last = subscriber.live_from
+                await send(sse.reset_message(last, after, reset))
+                STREAM_RESETS.labels(reset).inc()
+            else:
+                await send(sse.position_message(after))
+            if last < subscriber.live_from:
+                replayed = self.events.replay(last, subscriber.live_from, self.types)
                 async with contextlib.aclosing(replayed) as events:
                     async for event in events:
                         if subscriber.closed_reason is not None:
                             return subscriber.closed_reason
-                        if subscriber.user_id in await audience_of(self.pool, event):
-                            await send(sse.event_message(event))
+                        mine = await frames_for(self.pool, event, subscriber.user_id)
+                        frame = mine.get(subscriber.user_id)
+                        if frame is not None:
+                            await send(frame)
                             STREAM_EVENTS_DELIVERED.labels(event.type, "catchup").inc()
                         last = event.id
             while True:
@@ -263,12 +303,26 @@ class StreamHub:
                     continue
                 if item.id <= last:
                     continue
-                await send(sse.event_message(item))
+                await send(item.data)
                 last = item.id
                 STREAM_EVENTS_DELIVERED.labels(item.type, "live").inc()
-                STREAM_DELIVERY_LATENCY.observe(time.time() - item.createdAt.timestamp())
+                STREAM_DELIVERY_LATENCY.observe(time.time() - item.created_at)
         except ConnectionError:
             return subscriber.closed_reason or "client_gone"
+
+    async def _reset_reason(self, after: int, live_from: int) -> str | None:
+        """Why the events after ``after`` up to ``live_from`` are not replayed, or None: more
+        than ``replay_max_events`` ids (``replay_limit``; ids are not contiguous, so at most that
+        many events would be read), or some of them swept from PostgreSQL (``retention``). So
+        the cost of opening a stream is bounded whatever id the client sends."""
+        if after >= live_from:
+            return None
+        if live_from - after > self.config.replay_max_events:
+            return "replay_limit"
+        oldest = await events_repo.first_id(self.pool)
+        if oldest is None or after < oldest - 1:
+            return "retention"
+        return None
 
     # --- internals ------------------------------------------------------------------------------
 
@@ -305,10 +359,18 @@ class StreamHub:
             log.info("event stream of user %s fell behind; disconnected", subscriber.user_id)
             self._end(subscriber, "overflow", abort=True)
 
-    def _fan_out(self, event: Event, audience: set[uuid.UUID]) -> None:
-        for user_id in audience:
-            for subscriber in tuple(self.by_user.get(user_id, ())):
-                self._offer(subscriber, event)
+    def _fan_out(self, event: Event, frames: Frames) -> None:
+        created_at = event.createdAt.timestamp()
+        shared: dict[int, Frame] = {}
+        for user_id, data in frames.items():
+            subscribers = self.by_user.get(user_id)
+            if not subscribers:
+                continue
+            item = shared.get(id(data))
+            if item is None:
+                item = shared[id(data)] = Frame(event.id, event.type, created_at, data)
+            for subscriber in tuple(subscribers):
+                self._offer(subscriber, item)
         self._advance(event.id)
 
     def _advance(self, position: int) -> None:
@@ -337,7 +399,7 @@ class StreamHub:
                             self._advance(event.id)
                             continue
                         # A stream opened since the event was read: ask now.
-                        pending = asyncio.ensure_future(audience_of(self.pool, event))
+                        pending = asyncio.ensure_future(frames_for(self.pool, event))
                     self._fan_out(event, await pending)
                     backoff = 0.1
             except asyncio.CancelledError:
@@ -366,7 +428,7 @@ class StreamHub:
                 async for event in events:
                     pending = None
                     if self.by_user:
-                        pending = asyncio.ensure_future(audience_of(self.pool, event))
+                        pending = asyncio.ensure_future(frames_for(self.pool, event))
                     try:
                         await window.put((event, pending))
                     except asyncio.CancelledError:
@@ -389,6 +451,7 @@ class StreamHub:
                     self._end(subscriber, "client_gone", abort=False)
                 elif subscriber.expires_at is not None and subscriber.expires_at <= now:
                     self._end(subscriber, "credentials_expired", abort=False)
+            await self._check_slots_epoch()
             if loop.time() < next_beat:
                 continue
             next_beat = loop.time() + self.config.heartbeat
@@ -402,6 +465,26 @@ class StreamHub:
                 raise_if_cancelling()
                 # Leases outlive three heartbeats: one failed renewal loses no slot.
                 log.warning("could not renew event stream slots", exc_info=True)
+
+    async def _check_slots_epoch(self) -> None:
+        """Once a second: when Redis lost the slots (restart, flush; slots.py), re-register the
+        leases of every stream open here at once rather than at the next heartbeat, so the
+        per-user limit holds again within the recovery window."""
+        try:
+            epoch = await self.slots.epoch()
+            if epoch is not None and epoch == self.slots_epoch:
+                return
+            streams = [(s.user_id, s.id) for s in self.subscribers]
+            self.slots_epoch = await self.slots.reregister(streams)
+        except Exception:
+            raise_if_cancelling()
+            log.warning("could not check the event stream slots in Redis", exc_info=True)
+            return
+        log.warning(
+            "the event stream slots' epoch changed (Redis restarted or lost its data); "
+            "re-registered the %d streams open here",
+            len(streams),
+        )
 
     async def _end_revoked_keys(self) -> None:
         """End the streams whose agent key was revoked (checked once per heartbeat)."""

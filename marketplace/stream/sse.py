@@ -12,10 +12,22 @@ a while still resumes from a recent position instead of replaying everything it 
 from __future__ import annotations
 
 from marketplace.events.types import Event
+from marketplace.stream.models import StreamEventData, StreamResetData
+from marketplace.types import JsonObject
 
 
-def event_message(event: Event) -> bytes:
-    data = event.model_dump_json()
+def event_message(event: Event, payload: JsonObject | None = None) -> bytes:
+    """An event's message: ``data`` is ``{id, type, subject, createdAt, payload}``, ``payload``
+    the recipient's view of it (``views.py``; default: the fields the producer wrote)."""
+    if payload is None:
+        payload = event.model_dump(mode="json", exclude_unset=True)["payload"]
+    data = StreamEventData(
+        id=event.id,
+        type=event.type,
+        subject=event.subject,
+        createdAt=event.createdAt,
+        payload=payload,
+    ).model_dump_json()
     return f"id: {event.id}\nevent: {event.type}\ndata: {data}\n\n".encode()
 
 
@@ -25,3 +37,12 @@ def position_message(position: int) -> bytes:
 
 def heartbeat_message(position: int) -> bytes:
     return f": heartbeat\nid: {position}\n\n".encode()
+
+
+def reset_message(position: int, last_event_id: int, reason: str) -> bytes:
+    """``event: reset``: the client's ``Last-Event-ID`` is too old to replay; the stream goes on
+    live from ``position`` (its ``id``), and the client re-reads what it shows."""
+    data = StreamResetData.model_validate(
+        {"position": position, "lastEventId": last_event_id, "reason": reason}
+    ).model_dump_json()
+    return f"id: {position}\nevent: reset\ndata: {data}\n\n".encode()

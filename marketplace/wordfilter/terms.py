@@ -6,9 +6,11 @@ so a term matches however it is dressed up:
 
 1. characters shown reversed by a RIGHT-TO-LEFT OVERRIDE are put back in reading order;
 2. Unicode NFKC (full-width, ligatures, mathematical and circled letters), case folding;
-3. diacritics stripped (NFKD, combining marks dropped), format characters dropped (zero-width
-   spaces and joiners, bidi marks, soft hyphens), a few look-alike letters of other scripts
-   (Cyrillic a, Greek omicron...) read as their Latin twins;
+3. diacritics stripped (NFKD, combining marks dropped), format characters and every Unicode
+   ``Default_Ignorable_Code_Point`` dropped (zero-width spaces and joiners, bidi marks, soft
+   hyphens, variation selectors, tag characters, the Hangul fillers that render as nothing), a
+   few look-alike letters of other scripts (Cyrillic a, Greek omicron...) read as their Latin
+   twins;
 4. the text is cut into words at everything but letters, digits, ``@``, ``$``, ``!`` and
    apostrophes; ``!`` at either end of a word is punctuation, an apostrophe separates words;
 5. single characters in a row are joined into one word ("s h i t", "s.h.i.t", "s-h-i-t"), except
@@ -114,6 +116,40 @@ _SPELLED = re.compile(r" [^\s'] +[^\s'](?!\S)")
 _LETTER = re.compile(r"[^\W\d_]")
 _REPEATS = re.compile(r"(.)\1+")
 _RUNS = re.compile(r"(.)\1*")
+# Unicode's Default_Ignorable_Code_Point property, copied from DerivedCoreProperties.txt of
+# Unicode 16.0.0 (https://www.unicode.org/Public/16.0.0/ucd/DerivedCoreProperties.txt; the
+# unit tests compare it with the ``regex`` module's own Unicode tables): code points a renderer
+# shows as nothing when it does not support them. Python's unicodedata has no such property.
+# Most are format characters (Cf) or combining marks, which the character table drops anyway,
+# but not all: the Hangul fillers U+115F, U+1160, U+3164 and U+FFA0 are letters (Lo), so
+# "bad\u115fword" was one unknown word, and the reserved ones (Cn) became spaces, cutting a term
+# in two. Inclusive ranges, in code point order.
+DEFAULT_IGNORABLE_RANGES: tuple[tuple[int, int], ...] = (
+    (0x00AD, 0x00AD),  # SOFT HYPHEN
+    (0x034F, 0x034F),  # COMBINING GRAPHEME JOINER
+    (0x061C, 0x061C),  # ARABIC LETTER MARK
+    (0x115F, 0x1160),  # HANGUL CHOSEONG FILLER..HANGUL JUNGSEONG FILLER
+    (0x17B4, 0x17B5),  # KHMER VOWEL INHERENT AQ..KHMER VOWEL INHERENT AA
+    (0x180B, 0x180F),  # MONGOLIAN FREE VARIATION SELECTORS, VOWEL SEPARATOR
+    (0x200B, 0x200F),  # ZERO WIDTH SPACE..RIGHT-TO-LEFT MARK
+    (0x202A, 0x202E),  # LEFT-TO-RIGHT EMBEDDING..RIGHT-TO-LEFT OVERRIDE
+    (0x2060, 0x206F),  # WORD JOINER..NOMINAL DIGIT SHAPES (with reserved U+2065)
+    (0x3164, 0x3164),  # HANGUL FILLER
+    (0xFE00, 0xFE0F),  # VARIATION SELECTOR-1..VARIATION SELECTOR-16
+    (0xFEFF, 0xFEFF),  # ZERO WIDTH NO-BREAK SPACE
+    (0xFFA0, 0xFFA0),  # HALFWIDTH HANGUL FILLER
+    (0xFFF0, 0xFFF8),  # <reserved-FFF0>..<reserved-FFF8>
+    (0x1BCA0, 0x1BCA3),  # SHORTHAND FORMAT LETTER OVERLAP..SHORTHAND FORMAT UP STEP
+    (0x1D173, 0x1D17A),  # MUSICAL SYMBOL BEGIN BEAM..MUSICAL SYMBOL END PHRASE
+    (0xE0000, 0xE0FFF),  # tags, VARIATION SELECTOR-17..256, reserved
+)
+
+
+def is_default_ignorable(code: int) -> bool:
+    """Whether ``code`` has Unicode's ``Default_Ignorable_Code_Point`` property."""
+    return any(low <= code <= high for low, high in DEFAULT_IGNORABLE_RANGES)
+
+
 # RIGHT-TO-LEFT OVERRIDE shows what follows, up to POP DIRECTIONAL FORMATTING or the end of the
 # line, in reverse: "\u202etihs" reads "shit".
 _OVERRIDDEN = re.compile("\u202e([^\u202c\n]*)")
@@ -146,9 +182,9 @@ class TermMatch:
 
 class _CharTable(dict[int, str | None]):
     """``str.translate`` table for non-ASCII text, filled on first sight of each character: drops
-    format characters and combining marks, maps look-alike letters, turns separators into
-    spaces. Caching per character keeps the Unicode category lookups off the hot path: a message
-    repeats few distinct characters.
+    format characters, combining marks and default-ignorable code points, maps look-alike
+    letters, turns separators into spaces. Caching per character keeps the Unicode category
+    lookups off the hot path: a message repeats few distinct characters.
     """
 
     _LIMIT = 1 << 16
@@ -157,7 +193,7 @@ class _CharTable(dict[int, str | None]):
         char = chr(code)
         category = unicodedata.category(char)
         value: str | None
-        if category in ("Mn", "Me", "Cf"):
+        if category in ("Mn", "Me", "Cf") or is_default_ignorable(code):
             value = None
         elif category[0] in "LN" or category == "Mc":
             value = _LOOKALIKES.get(char, char)

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from swagger_ui_bundle import swagger_ui_path
 
+from tests.support.browser import CHROMIUM_ARGS, chromium_path
+
 IMMUTABLE = "public, max-age=31536000, immutable"
 # Any absolute URL in the page: the page must name none (no CDN, no hosted validator).
 EXTERNAL_URL = re.compile(r"(?:https?:)?//[A-Za-z0-9.-]+", re.IGNORECASE)
@@ -322,27 +324,6 @@ async def test_create_intent_body_may_be_empty_as_documented(client: Any) -> Non
 
 
 # --- the page in a real browser -------------------------------------------------------------------
-
-# As the machine notes say: without the networking switches Chromium tries to reach Google's
-# services at start; the page itself must need nothing but this server.
-CHROMIUM_ARGS = [
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def chromium_path() -> str:
-    """Debian's Chromium (scripts/setup installs it), or MARKETPLACE_TEST_CHROMIUM."""
-    import os
-    import shutil
-
-    path = os.environ.get("MARKETPLACE_TEST_CHROMIUM") or shutil.which("chromium")
-    assert path, "no Chromium: run scripts/setup, or set MARKETPLACE_TEST_CHROMIUM"
-    return path
 
 
 async def authorize(page: Any, scheme: str, value: str) -> None:

@@ -1,5 +1,5 @@
-"""Failed authentication counts against the client address, and the limiter keeps limiting
-(per process) while Redis is down."""
+"""Failed authentication counts against the client address, the limiter keeps limiting (per
+process) while Redis is down, and rate-limited responses carry the limit's state in headers."""
 
 from __future__ import annotations
 
@@ -269,6 +269,8 @@ async def test_the_fallback_runs_the_same_algorithm_as_the_redis_script(
             remote = await (shared.hit(key, rate) if op == "hit" else shared.attempt(key, rate))
             here = local.run(key, rate, op)
             assert (remote.allowed, remote.recorded) == (here.allowed, here.recorded), (op, key)
+            assert remote.remaining == here.remaining, (op, key)
+            assert abs(remote.reset_ms - here.reset_ms) < 500, (op, key)
             if not remote.allowed:
                 # Both say "one emission interval" (20 s for 3 per 60 s), give or take clocks.
                 assert abs(remote.wait_ms - here.wait_ms) < 500
@@ -279,3 +281,100 @@ async def test_the_fallback_runs_the_same_algorithm_as_the_redis_script(
         assert len(local) == 1
     finally:
         await client.aclose()
+
+
+# --- rate-limit headers ----------------------------------------------------------------------
+
+
+def _limit_headers(resp: Any) -> tuple[int, int, int, str]:
+    return (
+        int(resp.headers["RateLimit-Limit"]),
+        int(resp.headers["RateLimit-Remaining"]),
+        int(resp.headers["RateLimit-Reset"]),
+        resp.headers["RateLimit-Policy"],
+    )
+
+
+async def test_rate_limited_responses_carry_the_limit_state(
+    aiohttp_client: Any, servers: Servers, ray_cluster: None, clean_state: None
+) -> None:
+    client = await _app_client(aiohttp_client, servers, rate_limits={"probeLimited": "3/60"})
+    user = new_user()
+    seen = []
+    for _ in range(3):
+        resp = await client.get("/v1/_probe/limited", headers=user.headers)
+        assert resp.status == 200
+        seen.append(_limit_headers(resp))
+    # One request every 20 s restores one: the full burst is back 20 s per request spent.
+    assert [(limit, left, policy) for limit, left, _, policy in seen] == [
+        (3, 2, "3;w=60"),
+        (3, 1, "3;w=60"),
+        (3, 0, "3;w=60"),
+    ]
+    resets = [reset for _, _, reset, _ in seen]
+    assert 19 <= resets[0] <= 20 and 39 <= resets[1] <= 40 and 59 <= resets[2] <= 60
+
+    refused = await client.get("/v1/_probe/limited", headers=user.headers)
+    assert refused.status == 429
+    assert (await refused.json())["error"] == "rate_limited"
+    limit, left, reset, policy = _limit_headers(refused)
+    assert (limit, left, policy) == (3, 0, "3;w=60")
+    assert 59 <= reset <= 60
+    assert 19 <= int(refused.headers["Retry-After"]) <= 20
+
+    # Each caller has its own count; an anonymous caller is counted by address.
+    other = await client.get("/v1/_probe/limited", headers=new_user().headers)
+    assert _limit_headers(other)[1] == 2
+    anonymous = await client.get("/v1/_probe/limited")
+    assert _limit_headers(anonymous)[:2] == (3, 2)
+    # The default limit applies to routes without their own; a route that is not rate-limited,
+    # and a scheduler call, carry no such header.
+    echo = await client.post("/v1/_probe/echo", json={"name": "a", "count": 1})
+    assert echo.status == 200
+    assert echo.headers["RateLimit-Policy"] == "10000;w=60"
+    stream = await client.get("/v1/_probe/stream?limit=1")
+    assert "RateLimit-Limit" not in stream.headers
+    scheduler = await client.get("/v1/_probe/limited", headers=bearer(SCHEDULER_SECRET))
+    assert scheduler.status == 200 and "RateLimit-Limit" not in scheduler.headers
+    # Errors after the limit was counted carry them too (here, body validation).
+    invalid = await client.post("/v1/_probe/echo", json={"name": "", "count": 1})
+    assert invalid.status == 400 and invalid.headers["RateLimit-Limit"] == "10000"
+
+
+async def test_disabled_limits_send_no_headers(
+    aiohttp_client: Any, servers: Servers, ray_cluster: None, clean_state: None
+) -> None:
+    client = await _app_client(aiohttp_client, servers, rate_limit_enabled=False)
+    resp = await client.get("/v1/_probe/limited", headers=new_user().headers)
+    assert resp.status == 200 and "RateLimit-Limit" not in resp.headers
+
+
+def test_the_fallback_reports_the_same_state_as_the_script() -> None:
+    from marketplace.gcra import LocalGcra, Rate
+
+    now = [1000.0]
+    local = LocalGcra(clock=lambda: now[0])
+    rate = Rate(3, 60)
+    verdicts = [local.run("k", rate, "hit") for _ in range(4)]
+    assert [(v.allowed, v.remaining, v.reset_ms) for v in verdicts] == [
+        (True, 2, 20_000),
+        (True, 1, 40_000),
+        (True, 0, 60_000),
+        (False, 0, 60_000),
+    ]
+    assert verdicts[3].wait_ms == 20_000
+    now[0] += 30  # one and a half emission intervals later: one request back, half-way to two
+    verdict = local.run("k", rate, "hit")
+    assert (verdict.allowed, verdict.remaining, verdict.reset_ms) == (True, 0, 50_000)
+
+
+async def test_the_event_stream_sends_the_headers_in_its_head(
+    aiohttp_client: Any, servers: Servers, ray_cluster: None, clean_state: None
+) -> None:
+    from tests.api.stream.conftest import streaming
+
+    client = await _app_client(aiohttp_client, servers, rate_limits={"openEventStream": "5/60"})
+    async with streaming(client, new_user().headers) as reader:
+        limit, left, reset, policy = _limit_headers(reader.resp)
+        assert (limit, left, policy) == (5, 4, "5;w=60")
+        assert 11 <= reset <= 12

@@ -59,6 +59,7 @@ async def list_api_keys(call: Call[None, UserIdQuery, None]) -> ApiKeyListRespon
 @routes.post(
     "/v1/api-keys",
     name="createApiKey",
+    idempotent=True,
     summary="Issue an agent API key (the secret is shown once)",
     auth=AuthMode.SESSION,
     response=ApiKeyCreateResponse,
@@ -84,6 +85,7 @@ async def create_api_key(call: Call[ApiKeyCreateRequest, None, None]) -> ApiKeyC
 @routes.post(
     "/v1/api-keys/{keyId}/rotate",
     name="rotateApiKey",
+    idempotent=True,
     summary="Replace a key's secret, optionally keeping the old one for a grace period",
     auth=AuthMode.EITHER,
     response=ApiKeyRotateResponse,

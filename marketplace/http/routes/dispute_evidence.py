@@ -31,6 +31,7 @@ routes = RouteTable(tag="dispute-evidence")
 @routes.post(
     "/v1/projects/{projectAddress}/dispute-evidence",
     name="submitDisputeEvidence",
+    idempotent=True,
     summary="Submit the caller's evidence for the project's active dispute",
     auth=AuthMode.EITHER,
     response=DisputeEvidenceRecord,

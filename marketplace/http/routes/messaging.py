@@ -72,6 +72,7 @@ routes = RouteTable(tag="messaging")
 @routes.post(
     "/v1/projects/{projectAddress}/chat/messages",
     name="postChatMessage",
+    idempotent=True,
     summary="Send a project chat message (owner or selected worker)",
     auth=AuthMode.EITHER,
     response=ChatMessageRecord,
@@ -167,6 +168,7 @@ async def list_chat_messages(call: Call[None, PageQuery, ProjectPath]) -> ChatMe
 @routes.post(
     "/v1/messages/dm",
     name="sendDirectMessage",
+    idempotent=True,
     summary="Send a direct message to a user you share a project with",
     auth=AuthMode.EITHER,
     response=DirectMessageRecord,
@@ -335,6 +337,7 @@ async def unmute_user(call: Call[None, None, MutedUserPath]) -> web.StreamRespon
 @routes.post(
     "/v1/messages/reports",
     name="reportMessage",
+    idempotent=True,
     summary="Report a message you can see",
     auth=AuthMode.EITHER,
     response=ReportRecord,

@@ -19,6 +19,9 @@ from marketplace.moderation.models import (
     OffenseItem,
     OffensesQuery,
     OffensesResponse,
+    SuspensionItem,
+    SuspensionListResponse,
+    SuspensionsQuery,
 )
 
 routes = RouteTable(tag="moderation")
@@ -86,6 +89,36 @@ async def list_audit(call: Call[None, AuditQuery, None]) -> AuditListResponse:
     )
     items = [AuditEntry.from_row(row) for row in rows]
     return AuditListResponse(items=items, count=len(items), nextCursor=next_cursor)
+
+
+@routes.get(
+    "/v1/moderation/suspensions",
+    name="listModerationSuspensions",
+    summary="Suspended accounts (moderation admins only)",
+    auth=AuthMode.EITHER,
+    response=SuspensionListResponse,
+    query=SuspensionsQuery,
+    errors=(NotModerationAdmin,),
+)
+async def list_suspensions(call: Call[None, SuspensionsQuery, None]) -> SuspensionListResponse:
+    """The accounts whose sending is suspended now (`state=all`: every account ever suspended),
+    the newest suspension first: `{userId, suspendedUntil, suspendedAt, offenses}`, where
+    `suspendedUntil` is the end of the active suspension (null for an account not suspended now,
+    only with `state=all`), `suspendedAt` its start (else the latest suspension's), and
+    `offenses` the account's offenses within `MARKETPLACE_MODERATION_WINDOW_SECONDS` up to now.
+    Callers without the `moderationAdmin` flag get 403 `not_moderation_admin`. `limit` 1..100
+    (default 50); pass `nextCursor` back as `cursor` (with the same `state`) for the next page."""
+    principal = call.require_principal()
+    rows, next_cursor = await reads.suspensions_page(
+        call.pool,
+        call.settings,
+        viewer_id=principal.user_id,
+        state=call.query.state,
+        limit=call.query.limit,
+        cursor=call.query.cursor,
+    )
+    items = [SuspensionItem.from_row(row) for row in rows]
+    return SuspensionListResponse(items=items, count=len(items), nextCursor=next_cursor)
 
 
 @routes.delete(

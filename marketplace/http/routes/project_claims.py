@@ -283,6 +283,7 @@ class ProjectCreateIntentCancelResponse(ResponseModel):
 @routes.post(
     "/v1/projects/create-intents",
     name="createProjectCreateIntent",
+    idempotent=True,
     summary="Take a create intent before creating a project on chain (session path)",
     auth=AuthMode.SESSION,
     guarded=True,

@@ -73,6 +73,7 @@ def job_url(settings: Settings, job_id: str) -> str:
 @routes.post(
     "/v1/verifier/jobs",
     name="createVerifierJob",
+    idempotent=True,
     summary="Queue a deterministic policy check of a milestone's delivery",
     auth=AuthMode.EITHER,
     response=VerifierJobAcceptedResponse,

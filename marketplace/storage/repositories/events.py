@@ -119,6 +119,7 @@ WHERE id > (SELECT coalesce(max(last_relayed_id), 0) FROM event_relay_cursor)
 ORDER BY id LIMIT $1
 """
 SELECT_LAST_ID = "SELECT coalesce(max(id), 0) FROM events"
+SELECT_FIRST_ID = "SELECT min(id) FROM events"
 SELECT_RELAY_CURSOR = "SELECT coalesce(max(last_relayed_id), 0) FROM event_relay_cursor"
 ADVANCE_RELAY_CURSOR = """
 INSERT INTO event_relay_cursor AS c (singleton, last_relayed_id) VALUES (true, $1)
@@ -220,6 +221,12 @@ async def unrelayed(conn: Connection, limit: int) -> list[StoredEvent]:
 async def last_id(conn: Conn) -> int:
     """The newest committed event id (0: none). Every smaller id is committed or abandoned."""
     return int(await conn.fetchval(SELECT_LAST_ID))
+
+
+async def first_id(conn: Conn) -> int | None:
+    """The oldest event id still stored (None: none is); older ones were swept (retention)."""
+    value = await conn.fetchval(SELECT_FIRST_ID)
+    return None if value is None else int(value)
 
 
 async def relay_cursor(conn: Conn) -> int:

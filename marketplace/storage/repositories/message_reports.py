@@ -11,6 +11,7 @@ sees the new status.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import NamedTuple
 
@@ -157,10 +158,11 @@ async def apply_transition(
     admin_user_id: uuid.UUID,
     body_status_before: str,
     body_status_after: str,
+    also: Sequence[NewEvent] = (),
 ) -> ReportRow:
     """Write a checked transition (in the caller's transaction, report and message locked): the
     report, the message's body status when it changes, the audit entry (subject: the author,
-    actor: the admin) and the ``report.updated`` event."""
+    actor: the admin), the ``report.updated`` event and the events of ``also`` after it."""
     if body_status_after != body_status_before:
         await conn.execute(SET_BODY_STATUS, report.message_id, body_status_after)
     record = await fetch_one(conn, UPDATE_STATUS, report.id, status, note, admin_user_id)
@@ -191,7 +193,7 @@ async def apply_transition(
             bodyStatus=body_status_after,
         ),
     )
-    await events.append(conn, [event])
+    await events.append(conn, [event, *also])
     return rows.one(ReportRow, record)
 
 

@@ -133,9 +133,10 @@ LIMIT $3
 
 # Whether two users share a project interaction (issue #12 "Direct messages"), through the
 # wallets each has actively linked now: on one indexed project, one is the owner and the other
-# the selected worker, a bidder (a bid draft for that wallet) or a challenge submitter (a
-# registered submission). Every branch starts from the owner side (projects_owner_order) and
-# probes the other table by its (project, wallet) key.
+# the selected worker, a bidder (a bid draft for that wallet, or an on-chain bid the indexer
+# recorded, whatever its status) or a challenge submitter (a registered submission). Every
+# branch starts from the owner side (projects_owner_order) and probes the other table by its
+# (project, wallet) key.
 SELECT_SHARE_PROJECT = """
 WITH a AS (
     SELECT coalesce(array_agg(wallet_address), '{}'::text[]) AS w
@@ -154,6 +155,9 @@ SELECT EXISTS (
        OR EXISTS (SELECT 1 FROM bid_drafts d
                   WHERE d.project_address = p.project_address
                     AND d.bidder_address = any(s.other_side))
+       OR EXISTS (SELECT 1 FROM bids b
+                  WHERE b.project_address = p.project_address
+                    AND b.bidder_address = any(s.other_side))
        OR EXISTS (SELECT 1 FROM challenge_submissions c
                   WHERE c.project_address = p.project_address
                     AND c.submitter_address = any(s.other_side))

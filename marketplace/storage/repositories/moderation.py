@@ -208,3 +208,72 @@ async def offense_page(
     """Up to ``limit`` offenses of ``user_id`` older than ``before_seq``, newest first."""
     records = await conn.fetch(SELECT_OFFENSE_PAGE, user_id, before_seq, limit)
     return rows.many(OffenseListRow, records)
+
+
+# --- the suspensions list (GET /v1/moderation/suspensions) ---------------------------------------
+
+
+class SuspendedUserRow(NamedTuple):
+    """One account of the suspensions list: its latest (or active) suspension and its offenses
+    in the window. ``position`` is ``suspended_at`` in microseconds since the epoch, the list's
+    sort key with ``user_id``."""
+
+    user_id: uuid.UUID
+    suspended_until: datetime | None  # None: not suspended now (listing every account only)
+    suspended_at: datetime
+    position: int
+    offenses: int
+
+
+# Per account: the end of its active suspension (None: none now) and the start of that one, else
+# of its latest. Active only: the unlifted suspensions still running (the partial index
+# moderation_suspensions_unlifted), so the scan is as small as the set of suspended accounts.
+_SUSPENDED_ACTIVE = """
+    SELECT user_id, max(ends_at) AS suspended_until, max(starts_at) AS suspended_at
+    FROM moderation_suspensions
+    WHERE lifted_at IS NULL AND ends_at > now()
+    GROUP BY user_id"""
+_SUSPENDED_EVER = """
+    SELECT user_id,
+           max(ends_at) FILTER (WHERE lifted_at IS NULL AND ends_at > now()) AS suspended_until,
+           coalesce(max(starts_at) FILTER (WHERE lifted_at IS NULL AND ends_at > now()),
+                    max(starts_at)) AS suspended_at
+    FROM moderation_suspensions
+    GROUP BY user_id"""
+# Newest suspension first; keyset on (microseconds of suspended_at, user_id). $1 window seconds,
+# $2/$3 the cursor position (NULL: first page), $4 the page size.
+_SUSPENDED_PAGE = """
+WITH per_user AS ({per_user}
+), listed AS (
+    SELECT user_id, suspended_until, suspended_at,
+           (extract(epoch FROM suspended_at) * 1000000)::bigint AS position
+    FROM per_user
+)
+SELECT l.user_id, l.suspended_until, l.suspended_at, l.position,
+       (SELECT count(*) FROM moderation_offenses o
+        WHERE o.user_id = l.user_id
+          AND o.created_at > now() - make_interval(secs => $1::bigint)) AS offenses
+FROM listed l
+WHERE $2::bigint IS NULL OR (l.position, l.user_id) < ($2::bigint, $3::uuid)
+ORDER BY l.position DESC, l.user_id DESC
+LIMIT $4
+"""
+SELECT_SUSPENDED_ACTIVE_PAGE = _SUSPENDED_PAGE.format(per_user=_SUSPENDED_ACTIVE)
+SELECT_SUSPENDED_EVER_PAGE = _SUSPENDED_PAGE.format(per_user=_SUSPENDED_EVER)
+
+
+async def suspended_page(
+    conn: Conn,
+    *,
+    active_only: bool,
+    window_seconds: int,
+    after: tuple[int, uuid.UUID] | None,
+    limit: int,
+) -> list[SuspendedUserRow]:
+    """Up to ``limit`` accounts after the position ``after`` (None: from the start), newest
+    suspension first: those suspended now (``active_only``), else every account ever suspended.
+    ``offenses`` counts each account's offenses of the last ``window_seconds``."""
+    sql = SELECT_SUSPENDED_ACTIVE_PAGE if active_only else SELECT_SUSPENDED_EVER_PAGE
+    position, user_id = after if after is not None else (None, None)
+    records = await conn.fetch(sql, window_seconds, position, user_id, limit)
+    return rows.many(SuspendedUserRow, records)

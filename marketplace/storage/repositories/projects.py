@@ -53,7 +53,7 @@ PROJECT_COLUMNS = """
     p.dispute_opened_at, p.dispute_verdict_submitted_at,
     p.dispute_owner_evidence_hash, p.dispute_worker_evidence_hash,
     p.created_block, p.created_log_index, p.created_at, p.updated_at,
-    md.title, md.description, md.image_url, md.milestone_policies"""
+    md.title, md.description, md.image_url, md.repo_url, md.milestone_policies"""
 
 # A project's milestones, by index, as an array of anonymous records (decoded by asyncpg into
 # tuples in this column order; see MILESTONE_FIELDS).
@@ -131,6 +131,7 @@ class ProjectReadRow(NamedTuple):
     title: str | None
     description: str | None
     image_url: str | None
+    repo_url: str | None
     milestone_policies: list[StoredMilestonePolicy] | None  # None: no claimed metadata
     milestones: list[MilestoneValues]
     viewer_is_owner: bool | None  # None: a listing or an anonymous read

@@ -182,7 +182,10 @@ async def test_the_document_describes_every_messaging_route(client: Any) -> None
 
     chat_post = paths["/v1/projects/{projectAddress}/chat/messages"]["post"]
     header = [p for p in chat_post["parameters"] if p["in"] == "header"]
-    assert [(p["name"], p["required"]) for p in header] == [("x-user-wallet-address", True)]
+    assert [(p["name"], p["required"]) for p in header] == [
+        ("x-user-wallet-address", True),
+        ("Idempotency-Key", False),
+    ]
     assert "worker_not_selected" in chat_post["responses"]["409"]["description"]
     assert "not_project_party" in chat_post["responses"]["403"]["description"]
     dm_post = paths["/v1/messages/dm"]["post"]

@@ -39,8 +39,9 @@ SPEC_PROJECT_FIELDS = SPEC_REQUIRED_PROJECT | {
     "disputeOwnerEvidenceHash",
     "disputeWorkerEvidenceHash",
 }
-# Fields the spec does not show, fixed by issue 25 (the acceptance policies).
-ISSUE_PROJECT_FIELDS = {"milestonePolicies"}
+# Fields the spec does not show, fixed by issue 25 (the acceptance policies) and issue 27 (the
+# claimed repository URL).
+ISSUE_PROJECT_FIELDS = {"milestonePolicies", "repoUrl"}
 ISSUE_MILESTONE_FIELDS = {"checkPolicyId"}
 SPEC_MILESTONE_FIELDS = {
     "milestoneIndex",

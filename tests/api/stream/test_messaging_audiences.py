@@ -17,6 +17,7 @@ from marketplace.events.types import (
     thread_subject,
     user_subject,
 )
+from marketplace.types import checksum_address
 from tests.api.records.conftest import linked_party, seed_project
 from tests.api.stream.conftest import AppFactory, change_project, commit_events, streaming
 
@@ -73,7 +74,11 @@ async def test_chat_reaches_the_projects_parties_only(
         marker = await change_project(db, strangers)
         message = await owner_stream.event()
         assert (message.id, message.event) == (sent, "chat.message")
-        assert message.data["payload"]["projectAddress"] == project
+        # Addresses as the REST API answers them (EIP-55); the message itself as GET shows it
+        # (this one was never stored: null).
+        assert message.data["payload"]["projectAddress"] == checksum_address(project)
+        assert message.data["payload"]["senderWalletAddress"] == checksum_address(owner.lower)
+        assert message.data["payload"]["message"] is None
         assert (await worker_stream.event()).id == sent
         assert (await stranger_stream.event()).id == marker
 

@@ -310,6 +310,7 @@ async def test_a_crashed_frontends_slots_expire(servers: Servers, clean_state: N
     redis = aioredis.Redis.from_url(servers.redis_url)
     try:
         slots = StreamSlots(redis, limit=2, lease_seconds=0.5)
+        await slots.start_epoch()  # as a hub does when it starts
         user = uuid.uuid4()
         await slots.acquire(user, "a")
         await slots.acquire(user, "b")

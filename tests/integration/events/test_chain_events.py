@@ -111,14 +111,19 @@ async def test_indexer_batches_record_what_changed_and_nothing_for_a_replay(
     assert opened.payload["milestones"] == []
     assert opened.payload["block"] > created.payload["block"]
 
-    # A bid touches the project on chain but changes nothing the read model shows.
+    # A bid changes no project field, only the bids read model (issue 27): a project.changed
+    # with the bid alone.
     chain.post_bid(project, a.worker, [300 * USDC, 700 * USDC], [86_400, 86_400])
     await sync(engine)
-    assert await events_after(pool, opened.id) == []
+    (bid,) = await events_after(pool, opened.id)
+    assert (bid.type, bid.subject) == ("project.changed", address)
+    assert bid.payload["changes"] == {}
+    assert bid.payload["milestones"] == []
+    assert [b["bidderAddress"] for b in bid.payload["bids"]] == [a.worker.lower()]
 
     chain.select(project, a.worker)
     await sync(engine)
-    (selected,) = await events_after(pool, opened.id)
+    (selected,) = await events_after(pool, bid.id)
     assert selected.payload["changes"]["status"] == "building"
     assert selected.payload["changes"]["selectedBuilderAddress"] == a.worker.lower()
     payouts = {

@@ -56,6 +56,7 @@ ROW = ProjectReadRow(
     title="T",
     description=None,
     image_url=None,
+    repo_url="https://git.example/indexer",
     milestone_policies=[{"milestoneIndex": 0, "checkPolicyId": "address-smoke"}],
     milestones=[
         (
