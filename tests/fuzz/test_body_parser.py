@@ -61,7 +61,7 @@ def _string(value: str) -> str:
 
 # Text the service must refuse anywhere: C0 controls other than tab/LF/CR, DEL, lone surrogates.
 REFUSED_TEXT = st.one_of(
-    st.sampled_from(["\x00", "\x01", "\x08", "\x0b", "\x1b", "\x7f"]).map(
+    st.sampled_from(["\x00", "\x01", "\x08", "\x0b", "\x1b", "\x7f", "\x85", "\x9b", "\x80"]).map(
         lambda c: Doc(json.dumps("a" + c + "b"), hostile=frozenset({"control character"}))
     ),
     st.sampled_from(["\\ud800", "\\udfff", "\\ud83d", "a\\udc00b"]).map(
