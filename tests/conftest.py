@@ -45,8 +45,51 @@ pytest_plugins = ["tests.support.completeness"]
 SERIAL_GROUPS = {
     "tests/integration/multinode/": "ray-clusters",
     "tests/integration/verifier/test_two_node.py": "ray-clusters",
-    "tests/integration/up/": "up-stacks",
+    # Only the files that start `marketplace up` (test_cli_data_dir.py and test_guardian.py
+    # start none: each is a group of its own).
+    "tests/integration/up/test_running.py": "up-stacks",
+    "tests/integration/up/test_supervision.py": "up-stacks",
 }
+
+
+def group_of(path: str) -> str:
+    """The xdist group of a test file (its path relative to the root, in posix form)."""
+    return next((g for prefix, g in SERIAL_GROUPS.items() if path.startswith(prefix)), path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup`, grouping by :func:`group_of` here and handing the serial groups out
+    first.
+
+    xdist (3.8) groups by a ``@group`` suffix that its worker hook appends to each marked item's
+    node id through ``item._nodeid``, which pytest 9 no longer reads: no id carries the suffix,
+    so every test was a work unit of its own (a file's tests spread over both workers, each
+    building the module's fixtures; the two multinode tests each built a whole deployment, at the
+    same time). The scheduler sees only node ids, so it derives the group from the id's path.
+
+    xdist hands out its units by test count, most first: the serial groups (few tests, minutes
+    each) would start near the end while the other worker ran out of work. Longest first."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling  # type: ignore[import-untyped]
+
+    first = list(dict.fromkeys(SERIAL_GROUPS.values()))
+
+    class FileGroupsSerialFirst(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope: str = super()._split_scope(nodeid)
+            if scope != nodeid:  # a real `@group` suffix (a later xdist)
+                return scope
+            return group_of(nodeid.split("::", 1)[0])
+
+        def _assign_work_unit(self, node: Any) -> None:
+            for group in reversed(first):
+                if group in self.workqueue:
+                    self.workqueue.move_to_end(group, last=False)
+            super()._assign_work_unit(node)
+
+    return FileGroupsSerialFirst(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -54,9 +97,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
             continue
-        path = item.path.relative_to(root).as_posix()
-        group = next((g for prefix, g in SERIAL_GROUPS.items() if path.startswith(prefix)), path)
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(group_of(item.path.relative_to(root).as_posix())))
 
 
 JWT_SECRET = "test-session-secret-" + "x" * 24

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,8 +106,10 @@ def processes_of(groups: list[int], marker: str) -> set[int]:
 
 
 def terminate(groups: list[int], marker: str) -> None:
-    """TERM, then KILL, the processes of :func:`processes_of`; fails if any is left."""
-    for sig, pause in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 1.0), (signal.SIGKILL, 1.0)):
+    """TERM, then KILL, the processes of :func:`processes_of`; fails if any is left. (The GCS,
+    the raylets and their agents were still there 3 s after the TERM: a longer pause only
+    delays the KILL.)"""
+    for sig, pause in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 1.0), (signal.SIGKILL, 1.0)):
         for pid in processes_of(groups, marker):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
@@ -215,12 +217,14 @@ def two_node_cluster(
     second_cpus: int = 1,
     extra_env: dict[str, str] | None = None,
     actor_slots: int = 1000,
+    head_started: Callable[[Cluster], object] | None = None,
 ) -> Iterator[Cluster]:
     """A head (``node_a``, on 127.0.0.2) and a second node (``node_b``, on 127.0.0.3); stopped
     and removed when the block ends. ``extra_env``: more environment of both nodes (Ray reads
     its ``RAY_<setting>`` overrides from there). Both advertise ``actor_slots`` of the actor
     resource ``marketplace_actors`` (an actor takes one when ``MARKETPLACE_RAY_ACTOR_RESOURCE``
-    names it): the most actors each node may host."""
+    names it): the most actors each node may host. ``head_started``: called once the head is
+    up, before the second node starts (a driver can connect meanwhile)."""
     head_resources = json.dumps({"node_a": 1, ACTOR_RESOURCE: actor_slots})
     second_resources = json.dumps({"node_b": 1, ACTOR_RESOURCE: actor_slots})
     # Short paths: Ray puts Unix sockets under its temp dirs (108-byte limit).
@@ -244,6 +248,8 @@ def two_node_cluster(
             ],
             extra_env,
         )
+        if head_started is not None:
+            head_started(nodes)
         nodes.start_node(
             "second",
             [

@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -74,27 +75,44 @@ class Frontend:
 
 @dataclass
 class Placement:
-    """The placement driver: one JSON snapshot of nodes and named actors per request."""
+    """The placement driver: one JSON snapshot of nodes and named actors per request. It starts
+    as soon as the head is up, before any event loop of the tests: its pipes are read in a
+    thread."""
 
-    process: asyncio.subprocess.Process
+    process: subprocess.Popen[bytes]
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
+    async def answer(self) -> dict[str, Any]:
+        return await asyncio.wait_for(asyncio.to_thread(read_answer, self.process), 60)
+
     async def snapshot(self) -> dict[str, Any]:
-        assert self.process.stdin is not None and self.process.stdout is not None
+        assert self.process.stdin is not None
         async with self.lock:
             self.process.stdin.write(b"?\n")
-            await self.process.stdin.drain()
-            return await read_answer(self.process.stdout)
+            self.process.stdin.flush()
+            return await self.answer()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
 
 
-async def read_answer(stdout: asyncio.StreamReader) -> dict[str, Any]:
+def read_answer(process: subprocess.Popen[bytes]) -> dict[str, Any]:
     """The placement driver's next answer, past whatever else Ray printed."""
+    assert process.stdout is not None
     while True:
-        line = (await asyncio.wait_for(stdout.readline(), 60)).decode()
+        line = process.stdout.readline().decode()
         assert line, "the placement driver ended"
         if line.startswith(PREFIX):
             result: dict[str, Any] = json.loads(line.removeprefix(PREFIX))
             return result
+
+
+@dataclass
+class Booted:
+    cluster: Cluster
+    placement: Placement
 
 
 @dataclass
@@ -163,11 +181,16 @@ def start_frontend(name: str, env: dict[str, str], log: Path) -> subprocess.Pope
         )
 
 
-def stop_frontend(frontend: Frontend) -> None:
-    if frontend.process.poll() is None:
+def stop_frontends(frontends: list[Frontend]) -> None:
+    """SIGTERM to every frontend at once (they stop side by side), then SIGKILL to any still
+    running after 15 s."""
+    running = [f for f in frontends if f.process.poll() is None]
+    for frontend in running:
         os.killpg(frontend.process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    for frontend in running:
         try:
-            frontend.process.wait(15)
+            frontend.process.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             os.killpg(frontend.process.pid, signal.SIGKILL)
             frontend.process.wait(5)
@@ -202,53 +225,60 @@ def multinode_devnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Devne
 
 
 @pytest.fixture(scope="module")
-def multinode_cluster() -> Iterator[Cluster]:
-    with two_node_cluster("mn-", extra_env=CLUSTER_TUNING) as nodes:
-        yield nodes
+def multinode_cluster() -> Iterator[Booted]:
+    """The cluster, and its placement driver, started once the head is up: it loads Ray and
+    connects while the second node starts (it says it is ready once SPREAD reaches both)."""
+    started: list[Placement] = []
+
+    def start_placement(nodes: Cluster) -> None:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.integration.multinode.placement_driver",
+                nodes.head_address,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=REPO_ROOT,
+            env=ray_environment(nodes.home),
+        )
+        started.append(Placement(process))
+
+    try:
+        with two_node_cluster(
+            "mn-", extra_env=CLUSTER_TUNING, head_started=start_placement
+        ) as nodes:
+            try:
+                yield Booted(nodes, started[0])
+            finally:
+                for placement in started:
+                    placement.stop()
+    finally:
+        for placement in started:
+            placement.stop()
 
 
 @pytest.fixture(scope="module")
 async def deployed(
-    servers: Servers, multinode_devnet: Devnet, multinode_cluster: Cluster
+    servers: Servers, multinode_devnet: Devnet, multinode_cluster: Booted
 ) -> AsyncIterator[Deployed]:
     await reset_state(servers)
     namespace = f"multinode-{uuid.uuid4().hex[:8]}"
     frontends: list[Frontend] = []
-    placement_process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.integration.multinode.placement_driver",
-        multinode_cluster.head_address,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        cwd=REPO_ROOT,
-        env=ray_environment(multinode_cluster.home),
-    )
+    cluster, placement = multinode_cluster.cluster, multinode_cluster.placement
     try:
-        assert placement_process.stdout is not None
-        assert await read_answer(placement_process.stdout) == {"ready": True}
+        assert await placement.answer() == {"ready": True}
         for name in ("a", "b"):
             # Distinct even if frontend a has not bound its port yet.
             port = free_port()
             while any(f.port == port for f in frontends):
                 port = free_port()
-            log = multinode_cluster.root / f"frontend-{name}.log"
-            env = frontend_environment(
-                multinode_cluster, servers, multinode_devnet, namespace, port
-            )
+            log = cluster.root / f"frontend-{name}.log"
+            env = frontend_environment(cluster, servers, multinode_devnet, namespace, port)
             frontends.append(Frontend(name, port, start_frontend(name, env, log), log))
         await asyncio.gather(*(wait_ready(f, FRONTEND_START_SECONDS) for f in frontends))
-        yield Deployed(
-            multinode_cluster,
-            multinode_devnet,
-            frontends,
-            Placement(placement_process),
-            namespace,
-        )
+        yield Deployed(cluster, multinode_devnet, frontends, placement, namespace)
     finally:
-        for frontend in frontends:
-            stop_frontend(frontend)
-        if placement_process.returncode is None:
-            placement_process.kill()
-            await placement_process.wait()
+        stop_frontends(frontends)

@@ -54,6 +54,15 @@ def alive(proc: psutil.Process) -> bool:
         return False
 
 
+def name_of(proc: psutil.Process) -> str | None:
+    """A process's name, or None once it has ended: Ray starts short-lived processes, and one can
+    end between the listing of a tree and the read of its name."""
+    try:
+        return proc.name()
+    except psutil.NoSuchProcess:
+        return None
+
+
 def http(
     url: str, method: str = "GET", body: Any = None, headers: dict[str, str] | None = None
 ) -> tuple[int, Any, Any]:
@@ -106,7 +115,7 @@ class UpRun:
                 return False
             return status == 200
 
-        eventually_sync(ready, within=timeout, what="up to become ready", interval=0.5)
+        eventually_sync(ready, within=timeout, what="up to become ready", interval=0.25)
 
     def descendants(self) -> list[psutil.Process]:
         self.tree = psutil.Process(self.proc.pid).children(recursive=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.up.conftest import UpRun, alive, http
+from tests.integration.up.conftest import UpRun, alive, http, name_of
 from tests.support.waiting import eventually_sync
 
 pytestmark = pytest.mark.timeout(600)
@@ -60,7 +60,7 @@ def test_everything_up_started_listens_on_loopback_only(running_up: UpRun) -> No
     exposed = [s for s in sockets if not is_loopback(s[2])]
     assert not exposed, f"listening beyond loopback: {exposed}"
     # The private Ray runtime also demands its token (inherited by its daemons).
-    raylet = next(p for p in running_up.tree if p.name() == "raylet")
+    raylet = next(p for p in running_up.tree if name_of(p) == "raylet")
     assert raylet.environ().get("RAY_AUTH_MODE") == "token"
     assert raylet.environ().get("RAY_AUTH_TOKEN")
 
@@ -82,13 +82,13 @@ def test_http_parser_errors_are_json_under_up(running_up: UpRun) -> None:
 
 
 def test_a_dependency_that_dies_is_restarted_on_its_port(running_up: UpRun) -> None:
-    redis = next(p for p in running_up.descendants() if p.name() == "redis-server")
+    redis = next(p for p in running_up.descendants() if name_of(p) == "redis-server")
     [port] = listening_ports(redis)
     redis.send_signal(signal.SIGKILL)
 
     def restarted() -> psutil.Process | None:
         for proc in running_up.descendants():
-            if proc.name() == "redis-server" and proc.pid != redis.pid and alive(proc):
+            if name_of(proc) == "redis-server" and proc.pid != redis.pid and alive(proc):
                 return proc
         return None
 
@@ -127,7 +127,7 @@ def test_lost_ray_runtime_degrades_to_503_and_recovers(running_up: UpRun) -> Non
 
     baseline_status, _, baseline = write()
     assert baseline_status in (403, 404), baseline
-    head = [p for p in running_up.descendants() if p.name() in ("gcs_server", "raylet")]
+    head = [p for p in running_up.descendants() if name_of(p) in ("gcs_server", "raylet")]
     assert len(head) == 2
     for proc in head:
         proc.send_signal(signal.SIGKILL)
@@ -142,7 +142,7 @@ def test_lost_ray_runtime_degrades_to_503_and_recovers(running_up: UpRun) -> Non
             degraded.append((status, response_headers, body))
         return bool(degraded)
 
-    eventually_sync(answers_503, within=60, what="writes to answer 503", interval=0.5)
+    eventually_sync(answers_503, within=60, what="writes to answer 503", interval=0.25)
     _, response_headers, body = degraded[0]
     assert body["error"] == "service_unavailable" and body["message"]
     assert int(response_headers["Retry-After"]) >= 1
@@ -152,13 +152,13 @@ def test_lost_ray_runtime_degrades_to_503_and_recovers(running_up: UpRun) -> Non
         status, _, body = write()
         return (status, body.get("error")) == (baseline_status, baseline["error"])
 
-    eventually_sync(recovered, within=240, what="writes to reach the actors again", interval=1)
+    eventually_sync(recovered, within=240, what="writes to reach the actors again", interval=0.25)
     assert reads and set(reads) == {200}, reads  # Postgres-only reads never stopped
     assert running_up.proc.poll() is None
     messages = running_up.log_messages()
     assert "ray runtime lost; actor-backed routes answer 503 until it is back" in messages
     assert "ray runtime reconnected" in messages
-    new_head = [p for p in running_up.descendants() if p.name() in ("gcs_server", "raylet")]
+    new_head = [p for p in running_up.descendants() if name_of(p) in ("gcs_server", "raylet")]
     assert len(new_head) == 2 and not {p.pid for p in new_head} & {p.pid for p in head}
     # The runtime started by the reconnect is as private as the first one.
     exposed = [s for s in listening_sockets(running_up) if not is_loopback(s[2])]
@@ -178,12 +178,14 @@ def test_status_prints_what_runs_where(running_up: UpRun) -> None:
     rpc_file = running_up.data_dir / "devnet" / "rpc_url"
     assert record["chainRpcUrl"] == rpc_file.read_text().strip()
     assert f"chain RPC: {record['chainRpcUrl']}" in text.stdout
-    live = {p.name(): p.pid for p in running_up.descendants()}
+    live = {name_of(p): p.pid for p in running_up.descendants()}
     assert record["pids"]["up"] == running_up.proc.pid
     # Still true after the restart of redis above: the record follows restarts.
     assert record["pids"]["redis"] == live["redis-server"]
     assert record["pids"]["anvil"] == live["anvil"]
-    assert record["pids"]["postgres"] in {p.pid for p in running_up.tree if p.name() == "postgres"}
+    assert record["pids"]["postgres"] in {
+        p.pid for p in running_up.tree if name_of(p) == "postgres"
+    }
 
 
 def test_mail_goes_to_the_embedded_smtp_server_and_lands_in_the_data_dir(

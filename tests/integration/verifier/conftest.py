@@ -103,7 +103,9 @@ async def disputed_projects(
     worker submitted with it and the owner disputed (phase challenged), indexed by the engine;
     its claimed metadata (owner: the indexed owner) fixes ``policy`` as milestone 0's acceptance
     policy. Their lower-case addresses."""
-    contracts = [disputed_project(chain, ref) for ref in refs]
+    # web3 blocks: in a thread, so what the test runs meanwhile (a server, a subprocess it
+    # talks to) is not held up.
+    contracts = await asyncio.to_thread(lambda: [disputed_project(chain, ref) for ref in refs])
     await sync_engine(engine)
     addresses = [str(contract.address).lower() for contract in contracts]
     async with pool.acquire() as proxy:
