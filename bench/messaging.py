@@ -13,9 +13,9 @@ directory removed afterwards:
    ``MARKETPLACE_PROJECT_SHARDS`` of them) and the change-event relay;
    ``baseline``: a bare aiohttp app that parses the same JSON, INSERTs the same ``messages`` row
    and appends the same ``chat.message`` outbox event in one self-committing statement
-   (``BASELINE_INSERT``, one message per statement, order lock included), then answers the same
-   JSON with 201 (no auth, no Ray hop, no checks, no term filter: the sender's user id comes
-   from a header);
+   (``BASELINE_INSERT``, one message per statement, as producers write events), then answers
+   the same JSON with 201 (no auth, no Ray hop, no checks, no term filter: the sender's user id
+   comes from a header);
    ``baseline+checks``: the same plus, before the transaction, the send rules' queries as the
    shard runs them (``chat.authorize_send``: the caller's active wallets, the project through
    the read API's visibility predicate, the sender wallet being the owner or the selected
@@ -228,21 +228,23 @@ def serve_ours(args: argparse.Namespace) -> None:
 
 
 # The baseline's insert: a chat message and its event in one statement that commits by itself
-# (outside a transaction), the order lock taken after the row exists and held only while the
-# server commits. The app stores a shard's batch of sends in one transaction instead.
+# (outside a transaction), the event written as every producer writes it (no order lock since
+# issue 28: the relay orders committed events; the shared "relay awake" key, or a NOTIFY when the
+# relay sleeps). The app stores a shard's batch of sends in one transaction instead.
 BASELINE_INSERT = """
 WITH change AS (
     INSERT INTO messages (id, kind, project_address, sender_user_id, sender_wallet_address, body)
     VALUES ($1, 'project_chat', $2, $3, $4, $5)
     RETURNING {columns}
 ),
-ordered AS MATERIALIZED (
-    SELECT pg_advisory_xact_lock($6) AS locked, pg_notify($7, '') AS woken
+awake AS MATERIALIZED (
+    SELECT CASE WHEN pg_try_advisory_xact_lock_shared($6) THEN true
+                ELSE pg_notify($7, '') IS NULL END AS checked
     WHERE EXISTS (SELECT FROM change)
 ),
 appended AS (
     INSERT INTO events (type, subject, payload)
-    SELECT $8, $2, $9::text::jsonb FROM ordered
+    SELECT $8, $2, $9::text::jsonb FROM awake
     RETURNING id
 )
 SELECT * FROM change
@@ -252,11 +254,11 @@ SELECT * FROM change
 def serve_baseline(args: argparse.Namespace) -> None:
     """The floor: what storing one chat message costs without the app around it, at its
     cheapest: the app's ``messages`` row and its ``chat.message`` event (the app's payload model)
-    in one self-committing statement (:data:`BASELINE_INSERT`), so the events' order lock is held
-    only while the server commits; with ``--checks`` also the send rules' queries
-    (``chat.authorize_send``: the caller's active wallets and the project through the visibility
-    predicate in one query, owner or selected worker), on the same connection before the
-    insert, as the shard runs them. No batching: one statement per request."""
+    in one self-committing statement (:data:`BASELINE_INSERT`), as producers write events; with
+    ``--checks`` also the send rules' queries (``chat.authorize_send``: the caller's active
+    wallets and the project through the visibility predicate in one query, owner or selected
+    worker), on the same connection before the insert, as the shard runs them. No batching: one
+    statement per request."""
     from marketplace.errors import MarketplaceError
     from marketplace.events.types import ChatMessagePayload, NewEvent
     from marketplace.messaging.chat import authorize_send
@@ -305,7 +307,7 @@ def serve_baseline(args: argparse.Namespace) -> None:
                 user_id,
                 wallet,
                 body,
-                events_repo.EVENTS_LOCK_KEY,
+                events_repo.RELAY_IDLE_KEY,
                 events_repo.WAKE_CHANNEL,
                 str(event.type),
                 event.payload_json(),

@@ -7,7 +7,8 @@
 # (default: serve on 0.0.0.0:8080). With MARKETPLACE_RAY_ADDRESS empty or "auto" it only execs.
 #
 # Environment: MARKETPLACE_RAY_ADDRESS (the head's GCS, host:port); RAY_NODE_IP (optional, the
-# address other nodes reach this one at; Kubernetes passes the pod IP); RAY_AUTH_MODE and
+# address other nodes reach this one at; Kubernetes passes the pod IP; `marketplace serve` joins
+# through the node with that address, this one); RAY_AUTH_MODE and
 # RAY_AUTH_TOKEN (the cluster's token, when token authentication is on).
 set -eu
 

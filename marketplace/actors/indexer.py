@@ -5,8 +5,8 @@ loop (Ray runs an async actor's ``__init__`` there), as the job workers' are, so
 starts it again with nobody calling the actor, and the actor's methods stay answerable while a
 batch runs (every call the loop makes awaits I/O: the JSON-RPC client is aiohttp, the database
 asyncpg, Redis and the ``newHeads`` WebSocket asyncio clients; no synchronous web3 client is
-used). Only CPU work runs on the loop itself between awaits: decoding one page's logs, or one
-chunk of ``SNAPSHOT_PROJECTS`` snapshots.
+used). Only CPU work runs on the loop itself between awaits: decoding one page's logs and
+folding them into the projects' rows (``marketplace/indexer/logstate.py``).
 """
 
 from __future__ import annotations

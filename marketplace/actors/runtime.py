@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import hashlib
 import logging
 import os
@@ -38,11 +39,17 @@ from marketplace.metrics import ACTOR_CALL_LATENCY
 
 log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
+# The address of this frontend's own Ray node (deploy/docker/marketplace-frontend.sh).
+NODE_IP_ENV = "RAY_NODE_IP"
 PROBE_INTERVAL_SECONDS = 2.0
 PROBE_TIMEOUT_SECONDS = 2.0
 # Well inside Ray's own limit (gcs_rpc_server_reconnect_timeout_s, 60 s), after which a driver
 # that cannot reach its GCS exits the whole process.
 PROBE_FAILURES_BEFORE_RECONNECT = 3
+# How long a driver waits for its GCS before Ray ends the process: Ray's setting, which the
+# deployments raise to 600 s on every node (deploy/README.md, "GCS fault tolerance").
+GCS_RECONNECT_TIMEOUT_ENV = "RAY_gcs_rpc_server_reconnect_timeout_s"
+GCS_RECONNECT_TIMEOUT_DEFAULT_SECONDS = 60.0
 RECONNECT_BACKOFF_SECONDS = (1.0, 30.0)
 RECONNECT_RETRY_AFTER_SECONDS = 5
 RECONNECTING = "the actor runtime is reconnecting; retry shortly"
@@ -50,6 +57,16 @@ RECONNECTING = "the actor runtime is reconnecting; retry shortly"
 # unreachable mid-call. Ray restarts a killed actor in about 0.5-1.5 s; together these wait about
 # 5 s, which leaves room for a slow restart on a loaded machine before the caller gets its 503.
 RESTART_RETRY_DELAYS = (0.1, 0.2, 0.4, 0.8, 1.6, 2.0)
+
+
+class Probe(enum.Enum):
+    """What one look at this process's Ray connection found."""
+
+    OK = "ok"
+    # The GCS did not answer (the head is away, restarting, or unreachable).
+    GCS_UNREACHABLE = "gcs_unreachable"
+    # The GCS answered that this driver's node is dead.
+    NODE_DEAD = "node_dead"
 
 
 class ActorRestarting(ServiceUnavailable):
@@ -86,7 +103,18 @@ class ActorRuntime:
     runtime is lost (its GCS or this node's raylet stops answering, or a private runtime's head
     process dies), actor calls fail fast with 503 while a background thread shuts the old
     connection down and connects again (a private runtime is started afresh), with backoff, and
-    re-creates every actor this process had asked for. Nothing here touches Postgres-only reads.
+    re-creates every actor this process had asked for (detached actors that survived a head
+    restart under GCS fault tolerance are found again by name). Nothing here touches
+    Postgres-only reads.
+
+    While only the GCS is away (the head restarting) and this node's raylet still answers, the
+    connection is kept: calls to running actors go straight to them, and the driver's GCS client
+    reconnects by itself once a head with the same GCS store is back (GCS fault tolerance).
+
+    :meth:`lost_for` says how long the connection has been unusable (0 while it works); liveness
+    fails once that exceeds ``ray_reconnect_grace_seconds``, so an orchestrator restarts a
+    frontend that cannot rejoin by itself (its own raylet gave up on the head: docs/operations.md,
+    "Losing the Ray head").
     """
 
     def __init__(self, settings: Settings, *, database_url: str) -> None:
@@ -100,6 +128,8 @@ class ActorRuntime:
         self._local_temp_dir: str | None = None
         self._owns_connection = False
         self._available = True
+        # Monotonic time of the first failed probe of the current outage; None while it works.
+        self._failing_since: float | None = None
         # One long-lived thread runs every (re)connect: a private runtime's head processes get a
         # parent-death signal tied to the thread that started them, so it must not come and go.
         self._connector: ThreadPoolExecutor | None = None
@@ -107,6 +137,14 @@ class ActorRuntime:
     @property
     def available(self) -> bool:
         return self._available
+
+    def lost_for(self) -> float:
+        """Seconds since the Ray connection became unusable: its probes fail and this node's
+        raylet is gone too (or the GCS calls the node dead), until it works again. 0 while it
+        works, while only the GCS is away (the raylet waits for it), and for a connection this
+        runtime does not supervise."""
+        since = self._failing_since
+        return 0.0 if since is None else time.monotonic() - since
 
     def connect(self) -> None:
         if ray.is_initialized():
@@ -124,6 +162,10 @@ class ActorRuntime:
             self._local_temp_dir = tempfile.mkdtemp(prefix="mkt-ray-", dir="/tmp")
             kwargs["_temp_dir"] = self._local_temp_dir
             kwargs["num_cpus"] = max(2, os.cpu_count() or 2)
+        elif os.environ.get(NODE_IP_ENV) and not address.startswith("ray://"):
+            # The node this driver joins through (marketplace-frontend.sh started its raylet with
+            # this address): where a machine runs several raylets, the one of this frontend.
+            kwargs["_node_ip_address"] = os.environ[NODE_IP_ENV]
         ray.init(address=address, **kwargs)
         self._owns_connection = True
         log.info("connected to ray", extra={"ray_address": address or "local"})
@@ -171,19 +213,53 @@ class ActorRuntime:
             log.info("ray client connection: not probed")
             return
         failures = 0
+        waiting_since: float | None = None
+        # Reconnect before Ray would end this process for having lost its GCS too long.
+        wait_limit = gcs_reconnect_timeout() - (PROBE_FAILURES_BEFORE_RECONNECT + 2) * (
+            PROBE_INTERVAL_SECONDS + PROBE_TIMEOUT_SECONDS
+        )
         while True:
             await asyncio.sleep(PROBE_INTERVAL_SECONDS)
-            if await self._probe():
+            probe = await self._probe()
+            if probe is Probe.OK:
+                if self._failing_since is not None or waiting_since is not None:
+                    log.warning("ray runtime answers again")
                 failures = 0
+                waiting_since = None
+                self._failing_since = None
                 continue
+            if (
+                probe is Probe.GCS_UNREACHABLE
+                and (waiting_since is None or time.monotonic() - waiting_since < wait_limit)
+                and await self._raylet_answers()
+            ):
+                # The head is away but this node's raylet waits for it (GCS fault tolerance:
+                # the restarted GCS reloads its tables), and calls to running actors still go
+                # straight to them: keep the connection rather than turn them into 503s. Not
+                # counted as lost: the raylet gives up by itself after its own
+                # RAY_gcs_rpc_server_reconnect_timeout_s, and this one is lost from then on.
+                if waiting_since is None:
+                    log.warning("ray GCS unreachable; this node's raylet is up: waiting for it")
+                    waiting_since = time.monotonic()
+                failures = 0
+                self._failing_since = None
+                continue
+            if self._failing_since is None:
+                self._failing_since = time.monotonic()
             failures += 1
-            if failures >= PROBE_FAILURES_BEFORE_RECONNECT or self._local_head_died():
+            if (
+                probe is Probe.NODE_DEAD
+                or failures >= PROBE_FAILURES_BEFORE_RECONNECT
+                or self._local_head_died()
+            ):
                 await self._reconnect()
                 failures = 0
+                waiting_since = None
+                self._failing_since = None
 
-    async def _probe(self) -> bool:
+    async def _probe(self) -> Probe:
         if self._local_head_died():
-            return False
+            return Probe.GCS_UNREACHABLE
         try:
             # Ray's private client (no public async liveness check); typed loosely by Ray.
             worker: Any = ray._private.worker.global_worker
@@ -194,8 +270,28 @@ class ActorRuntime:
             )
         except Exception as exc:
             log.warning("ray health probe failed: %s", type(exc).__name__)
+            return Probe.GCS_UNREACHABLE
+        # The GCS answered: a node it calls dead (its raylet died, or a restarted head does not
+        # know it) will not come back, whatever its process does.
+        return Probe.OK if alive and alive[0] else Probe.NODE_DEAD
+
+    async def _raylet_answers(self) -> bool:
+        """Whether this driver's own raylet still accepts connections (joined clusters only: a
+        private runtime's head is watched through its processes)."""
+        if self._local_temp_dir is not None:
             return False
-        return bool(alive and alive[0])
+        node: Any = getattr(ray._private.worker, "_global_node", None)
+        try:
+            address, port = node.node_ip_address, int(node.node_manager_port)
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection(address, port), PROBE_TIMEOUT_SECONDS
+            )
+        except Exception:
+            return False
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+        return True
 
     def _local_head_died(self) -> bool:
         if self._local_temp_dir is None:
@@ -223,8 +319,9 @@ class ActorRuntime:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_BACKOFF_SECONDS[1])
         self._available = True
+        since = self._failing_since if self._failing_since is not None else started
         log.warning(
-            "ray runtime reconnected", extra={"outage_s": round(time.monotonic() - started, 1)}
+            "ray runtime reconnected", extra={"outage_s": round(time.monotonic() - since, 1)}
         )
 
     def _connect_again(self) -> None:
@@ -292,6 +389,17 @@ class ActorRuntime:
             ACTOR_CALL_LATENCY.labels(actor_name, method, outcome).observe(
                 time.perf_counter() - started
             )
+
+
+def gcs_reconnect_timeout() -> float:
+    """Seconds this process's Ray waits for a lost GCS (its ``RAY_<setting>`` override, else
+    Ray's default)."""
+    try:
+        return float(
+            os.environ.get(GCS_RECONNECT_TIMEOUT_ENV, GCS_RECONNECT_TIMEOUT_DEFAULT_SECONDS)
+        )
+    except ValueError:
+        return GCS_RECONNECT_TIMEOUT_DEFAULT_SECONDS
 
 
 def stable_shard(key: str, shard_count: int) -> int:

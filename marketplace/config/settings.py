@@ -104,6 +104,10 @@ class Settings(BaseSettings):
     # Number of shard actors serialising per-user mutations (moderation state).
     user_shards: int = Field(default=4, ge=1, le=256)
     actor_call_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Liveness (GET /v1/health) fails once this frontend's Ray connection has been unusable (its
+    # own raylet gone too, not rejoined) for longer than this, so the orchestrator restarts a
+    # frontend that cannot rejoin by itself (docs/operations.md, "Losing the Ray head").
+    ray_reconnect_grace_seconds: float = Field(default=120.0, gt=0)
 
     log_level: str = "INFO"
     log_json: bool = True
@@ -191,6 +195,11 @@ class Settings(BaseSettings):
     events_relay_batch_size: int = Field(default=500, ge=1, le=10_000)
     # Relayed events older than this are deleted from Postgres; 0 keeps them forever.
     events_retention_hours: int = Field(default=168, ge=0)
+    # Hard bound on the outbox's growth while a durable consumer (notifications, leaderboards)
+    # lags: past this age a relayed event is deleted even if that consumer has not read it, and
+    # the skip is logged as an error, counted and recorded (docs/events.md, "Retention"). Below
+    # it, retention waits for the slowest consumer. 0: never (unread events are kept).
+    events_retention_max_hours: int = Field(default=720, ge=0)
 
     # --- read cache of project read responses; see docs/read-models.md ------------------------
     # Serve viewer-independent project reads (open projects' detail and milestones, anonymous

@@ -334,8 +334,8 @@ class NewEvent:
 
 
 class Event(BaseModel):
-    """A committed event. ``id`` increases in commit order; consumers remember the last one they
-    applied and dedupe by it."""
+    """A committed event. ``id`` is its position (docs/events.md): it increases in commit order;
+    consumers remember the last one they applied and dedupe by it."""
 
     model_config = ConfigDict(frozen=True)
 

@@ -29,6 +29,7 @@ from aiohttp import web
 
 from marketplace.http import (
     deployment_figures,
+    events_lag,
     idempotency,
     job_queue,
     leaderboard_consumer,
@@ -107,8 +108,9 @@ CAPABILITIES: tuple[Capability, ...] = (
         name="system",
         summary="health, readiness, the OpenAPI document and its UI, Prometheus metrics",
         routes=(system.routes,),
-        # The deployment-wide figures of /metrics (docs/metrics.md).
-        setup=(system.setup, deployment_figures.setup),
+        # The deployment-wide figures of /metrics (docs/metrics.md), and the outbox consumers'
+        # lag (docs/events.md).
+        setup=(system.setup, deployment_figures.setup, events_lag.setup),
         contexts=(system.openapi_document,),
     ),
     Capability(

@@ -6,14 +6,15 @@ A hit answers with the stored bytes: no SQL, no model building, no JSON encoding
 
 Why it is never stale by more than ``max_lag``: a follower task applies every change event
 (``project.*``, ``chain.reorg``) from the Redis Stream in id order, dropping the entries each one
-affects, and a probe asks PostgreSQL for the newest committed event id (and pings Redis) every
-``max_lag / PROBE_DIVISOR``. Ids are commit order (docs/events.md), so once the follower has
-applied everything up to the id a probe saw, every change committed before that probe started
-has been applied. The cache serves only while that was true at most ``max_lag`` ago; a
-lagging or disconnected follower (Redis down, relay stuck, event loop starved) turns every read
-into a bypass to PostgreSQL until it has caught up again. Every change to a cached read carries
-an event (verifier results too: ``verifier_job.completed``); the entry lifetime ``max_age`` is
-only a safety net against one written without.
+affects, and a probe asks PostgreSQL for the newest event position (``events.last_id``, which first
+positions whatever committed before it asked), and pings Redis, every ``max_lag / PROBE_DIVISOR``.
+Positions (event ids) are commit order (docs/events.md), so once the follower has applied
+everything up to the id a probe saw, every change committed before that probe started has been
+applied. The cache serves only while that was true at most ``max_lag`` ago; a lagging or
+disconnected follower (Redis down, relay stuck, event loop starved) turns every read into a bypass
+to PostgreSQL until it has caught up again. Every change to a cached read carries an event
+(verifier results too: ``verifier_job.completed``); the entry lifetime ``max_age`` is only a safety
+net against one written without.
 
 A fill races with invalidations: a response computed from rows read before a change but stored
 after the change's event was applied would outlive it. Every invalidation bumps ``generation``;

@@ -35,6 +35,12 @@ from marketplace.events.types import (
 )
 from marketplace.projects.bids import bid_changes
 from marketplace.storage.read_model_rows import MilestoneRow, ProjectCreation, ProjectRow
+
+# The payload models are built with ``model_construct``: their values come from the read-model
+# rows (typed) and the mappers here, and validating every one cost a backfill about a second
+# for 10,000 projects (bench/README.md, "Indexer backfill", issue 28). They are the same models,
+# so producer and consumers still share one contract (tests/unit/indexer checks that each kind
+# validates).
 from marketplace.storage.repositories.bids import BidRow
 
 # Compared and reported fields: every snapshot column the upsert may change.
@@ -116,7 +122,7 @@ def snapshot_events(
             events.append(
                 NewEvent(
                     address,
-                    ProjectCreatedPayload(
+                    ProjectCreatedPayload.model_construct(
                         block=block,
                         ownerAddress=project.owner_address,
                         status=project.status,
@@ -137,13 +143,15 @@ def snapshot_events(
             changed = _changes(before_milestones.get(key), milestone, MILESTONE_FIELDS)
             if changed:
                 milestone_changes.append(
-                    MilestoneChanges(milestoneIndex=milestone.milestone_index, changes=changed)
+                    MilestoneChanges.model_construct(
+                        milestoneIndex=milestone.milestone_index, changes=changed
+                    )
                 )
         if changes or milestone_changes:
             events.append(
                 NewEvent(
                     address,
-                    ProjectChangedPayload(
+                    ProjectChangedPayload.model_construct(
                         block=block, changes=changes, milestones=milestone_changes
                     ),
                 )
@@ -163,7 +171,7 @@ def bid_events(
             continue
         project, bidder = key
         found.setdefault(project, []).append(
-            BidChanges(bidderAddress=bidder, changes=bid_changes(old, new))
+            BidChanges.model_construct(bidderAddress=bidder, changes=bid_changes(old, new))
         )
     return found
 
@@ -186,7 +194,7 @@ def with_bid_events(
             merged.append(
                 NewEvent(
                     event.subject,
-                    ProjectChangedPayload(
+                    ProjectChangedPayload.model_construct(
                         block=payload.block,
                         changes=payload.changes,
                         milestones=payload.milestones,
@@ -205,7 +213,8 @@ def with_bid_events(
 
 def _bids_only(subject: str, changes: list[BidChanges], block: int) -> NewEvent:
     return NewEvent(
-        subject, ProjectChangedPayload(block=block, changes={}, milestones=[], bids=changes)
+        subject,
+        ProjectChangedPayload.model_construct(block=block, changes={}, milestones=[], bids=changes),
     )
 
 

@@ -1,35 +1,43 @@
-"""The indexing loop: chain logs -> touched projects -> state snapshots -> read models.
+"""The indexing loop: chain logs -> touched projects -> read models folded from the logs.
 
-One batch = up to ``max_pages`` pages of ``page_blocks`` blocks. For every project touched in
-the batch the engine reads ``getProjectState()`` (and the allowlist) at the batch's last block
-and upserts the read models, records that block's hash and advances the cursor, all in one
-transaction: a crash at any point leaves either the whole batch or none of it, and a retried
-batch rewrites the same snapshots (upserts never move a project to an older block).
+One batch = up to ``max_pages`` pages of ``page_blocks`` blocks. The logs of the registry's
+projects are folded, in chain order, into their read-model rows (``marketplace.indexer.logstate``:
+a project created in the batch starts from its ``ProjectCreated`` log, one indexed before from its
+stored rows); the rows are upserted, that block's hash recorded and the cursor advanced, all in
+one transaction: a crash at any point leaves either the whole batch or none of it. The contract's
+state is not read on this path: every read-model field comes from a log (docs/read-models.md,
+"Where each field comes from").
 
 Reorgs: before each batch the engine compares the hashes of the recent blocks it recorded with
 the chain's. On a mismatch it rolls back to the newest recorded block that still matches (at most
 ``rollback_blocks`` behind the cursor, never at or below the node's ``finalized`` block), deletes
-projects created after it, re-snapshots every project the dropped blocks touched at the current
-head, and rescans from there, so the read model converges to the canonical chain.
+projects created after it, resets every project the dropped blocks touched to its state at the
+fork block (``getProjectState()`` there, the one place the indexer reads contract state: the
+logs that built the stored rows are not kept), and rescans from there, so the read model
+converges to the canonical chain. Stored rows are thus never ahead of the cursor, which is what
+lets a batch fold its logs onto them.
 
-On-chain bids are the one read model kept from logs rather than snapshots: a batch decodes the
-bid logs (BidPosted, BidUpdated, BidCancelled, BidSelected, BondReclaimed) of the projects it
-indexes, appends them to ``bid_events`` and sets those projects' ``bids`` rows to the fold of their
-logs (``marketplace.projects.bids.fold_bids``), in the batch's transaction. A rollback deletes the
-bid logs above the fork block and folds the affected projects' remaining logs again, so ``bids``
-is always the fold of the canonical logs up to the cursor.
+On-chain bids are folded from the same logs: a batch decodes the bid logs (BidPosted,
+BidUpdated, BidCancelled, BidSelected, BondReclaimed) of the projects it indexes, appends them to
+``bid_events`` and sets those projects' ``bids`` rows to the fold of their logs
+(``marketplace.projects.bids.fold_bids``), in the batch's transaction. A rollback deletes the bid
+logs above the fork block and folds the affected projects' remaining logs again, so ``bids`` is
+always the fold of the canonical logs up to the cursor.
 
 Each of these transactions writes its change events (``marketplace.indexer.changes``) as its
 last statement: ``project.created`` / ``project.changed`` for what a batch wrote (bid changes
-under ``project.changed``'s ``bids``), ``chain.reorg`` and ``project.removed`` for a rollback. An
-event exists exactly when its change committed.
+under ``project.changed``'s ``bids``), ``chain.reorg``, ``project.removed`` and the reset
+projects' ``project.changed`` for a rollback. An event exists exactly when its change committed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -39,7 +47,8 @@ import redis.asyncio as aioredis
 
 from marketplace.chain.abi import ContractAbi
 from marketplace.chain.enums import BiddingAccess
-from marketplace.chain.project_state import ProjectCreated, ProjectState
+from marketplace.chain.loghex import HexEvent
+from marketplace.chain.project_state import ProjectState
 from marketplace.chain.rpc import JsonRpcClient, RpcBlockHeader, RpcError, RpcLog
 from marketplace.events.types import BidChanges, NewEvent
 from marketplace.indexer.changes import (
@@ -51,6 +60,7 @@ from marketplace.indexer.changes import (
     with_bid_events,
 )
 from marketplace.indexer.health import lag_seconds_of
+from marketplace.indexer.logstate import ProjectFold, project_folder
 from marketplace.indexer.snapshot import project_rows
 from marketplace.projects.bids import diff_bids, fold_bids
 from marketplace.storage.pool import Connection
@@ -58,19 +68,25 @@ from marketplace.storage.read_model_rows import MilestoneRow, ProjectCreation, P
 from marketplace.storage.repositories import bids as bids_repo
 from marketplace.storage.repositories import events as events_repo
 from marketplace.storage.repositories import indexer as repo
+from marketplace.storage.repositories.bids import BidRow
 
 log = logging.getLogger(__name__)
 
 METRICS_KEY = "marketplace:indexer:metrics"
 # Recorded batch-end blocks kept beyond the rollback window, so a reorg is always detectable.
 KEEP_RECORDED_BLOCKS = 32
-# Snapshot reads: projects per JSON-RPC batch request (two eth_calls each), and batch requests
-# in flight at once.
+# Logs pages requested at once: the node works on the next page while this process decodes and
+# folds the last one.
+PAGES_IN_FLIGHT = 2
+# State reads (a rollback's reset of the projects it touched): projects per JSON-RPC batch
+# request (two eth_calls each at most), and batch requests in flight at once.
 SNAPSHOT_PROJECTS = 100
 SNAPSHOT_CONCURRENCY = 4
-# Snapshots upserted per statement at most: large enough for few round trips, small enough that
+# Projects upserted per statement at most: large enough for few round trips, small enough that
 # one statement stays well inside the pool's command timeout on a busy server.
 WRITE_PROJECTS = 1_000
+# Rows built between two chances for the statement in flight to send its successor.
+YIELD_EVERY = 250
 # The bid logs the bids read model is kept from, by event name: the kind stored in bid_events.
 BID_EVENT_KINDS = {
     "BidPosted": "posted",
@@ -114,11 +130,15 @@ class BatchResult:
 
 @dataclass
 class _Batch:
-    """What one batch found and wrote, filled in by its pipeline's stages."""
+    """What one batch found and wrote, filled in by its stages."""
 
     creations: dict[str, ProjectCreation] = field(default_factory=dict)
     touched: set[str] = field(default_factory=set)
     events: int = 0  # logs of the registry's projects
+    # The rows of the touched projects as the batch's logs make them.
+    folds: dict[str, ProjectFold] = field(default_factory=dict)
+    # Logs of projects indexed before the batch, until their stored rows are read.
+    later: dict[str, list[RpcLog]] = field(default_factory=dict)
     snapshots: list[Snapshot] = field(default_factory=list)
     written: set[str] = field(default_factory=set)
     before_projects: dict[str, repo.StoredRow] = field(default_factory=dict)
@@ -130,9 +150,41 @@ class _Batch:
 
 
 @dataclass(frozen=True)
-class WrittenSnapshots:
-    projects: set[str]  # what the upsert wrote (not the projects already at a newer block)
-    events: list[NewEvent]
+class _StoredBids:
+    """What the read model holds of the bids of the projects a batch has bid logs of."""
+
+    projects: list[str]
+    events: list[bids_repo.BidEventRow]
+    before: dict[tuple[str, str], BidRow]
+
+
+async def _finish(*tasks: asyncio.Future[Any] | None) -> None:
+    """Wait for ``tasks`` to end, retrieving (and dropping) their failures."""
+    running = [task for task in tasks if task is not None]
+    if running:
+        await asyncio.wait(running)
+        for task in running:
+            if not task.cancelled():
+                task.exception()
+
+
+@contextlib.asynccontextmanager
+async def _collector_paused() -> AsyncIterator[None]:
+    """Pause the cyclic garbage collector while a batch runs.
+
+    A batch holds every log of its pages and every row it builds (a backfill of 10,000 projects:
+    120,000 logs, 45,000 rows, their dicts and lists) until it commits, and allocating them made
+    the collector walk all of them again and again: about a quarter of the indexer's CPU in
+    ``bench/indexer_backfill.py`` (issue 28). Reference counting frees them when the batch ends;
+    the collector runs again then (cycles, which the batch does not make, wait until then).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _hex(n: int) -> str:
@@ -160,8 +212,9 @@ class IndexerEngine:
         )
         self.get_state = self.project_abi.functions["getProjectState"]
         self.get_allowlist = self.project_abi.functions["allowlist"]
+        self.folder = project_folder()
         self.bid_events = {
-            self.project_abi.events[name].topic0: (kind, self.project_abi.events[name])
+            self.project_abi.events[name].topic0: (kind, HexEvent(self.project_abi.events[name]))
             for name, kind in BID_EVENT_KINDS.items()
         }
         self._known: set[str] | None = None
@@ -213,17 +266,13 @@ class IndexerEngine:
             await self._report_lag(synced, head, cursor.last_synced_block_time)
             return BatchResult(start, synced, head, 0, 0)
         end = min(head, start + self.config.page_blocks * self.config.max_pages - 1)
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with (
+            _collector_paused(),
+            self.pool.acquire() as conn,
+            conn.transaction(),
+        ):
             batch = await self._index_batch(conn, start, end)
-            bid_changes = await self._write_bids(conn, batch)
-            events = snapshot_events(
-                batch.before_projects,
-                batch.before_milestones,
-                batch.snapshots,
-                batch.written,
-                block=end,
-            )
-            events = with_bid_events(events, bid_changes, block=end)
+            events = await self._write_batch(conn, batch, end)
             await repo.record_block(
                 conn, self.config.chain_id, end, batch.block_hash, batch.touched
             )
@@ -247,59 +296,43 @@ class IndexerEngine:
 
     # --- one batch, pipelined -------------------------------------------------------------
     #
-    # The stages of a batch run concurrently: while page N+1's logs are fetched, the projects
-    # page N touched are snapshotted (eth_call batches, a few in flight) and decoded, and the
-    # snapshots decoded so far are written into the batch's open transaction. Every project is
-    # snapshotted once per batch, at the batch's last block, whichever page touched it first,
-    # so the rows equal those of a sequential batch; the change events are worked out from all
-    # of them at the end and written last, with the cursor, in the same transaction.
+    # The pages of a batch are fetched one after the other with the next one already requested
+    # (so the node works on page N+1 while this process decodes and folds page N), and each
+    # page's logs are folded into the rows of the projects they belong to as it arrives: a
+    # project created in the batch from its ProjectCreated log, one indexed before from its
+    # stored rows (read once all pages are in, with one query). The rows are then upserted in
+    # groups of WRITE_PROJECTS, the next group prepared while the previous statement runs, and
+    # the change events worked out from all of them, in the batch's one transaction.
 
     async def _index_batch(self, conn: Connection, start: int, end: int) -> _Batch:
         batch = _Batch()
-        tag = _hex(end)
-        pages: asyncio.Queue[list[RpcLog] | None] = asyncio.Queue()
-        decoded: asyncio.Queue[list[tuple[ProjectRow, list[MilestoneRow]]] | None] = asyncio.Queue()
-        calls_in_flight = asyncio.Semaphore(SNAPSHOT_CONCURRENCY)
         known = batch.known = await self.known_projects()
+        header = asyncio.ensure_future(self.rpc.call("eth_getBlockByNumber", [_hex(end), False]))
         try:
-            async with asyncio.TaskGroup() as group:
-                header = group.create_task(self.rpc.call("eth_getBlockByNumber", [tag, False]))
-                group.create_task(self._fetch_pages(start, end, pages))
-                writer = group.create_task(self._write_decoded(conn, batch, header, decoded, end))
-                snapshots: list[asyncio.Task[None]] = []
-                pending: list[str] = []
-                while (page := await pages.get()) is not None:
-                    pending.extend(self._classify_page(page, known, batch))
-                    while len(pending) >= SNAPSHOT_PROJECTS:
-                        chunk, pending = pending[:SNAPSHOT_PROJECTS], pending[SNAPSHOT_PROJECTS:]
-                        snapshots.append(
-                            group.create_task(
-                                self._snapshot_chunk(chunk, tag, calls_in_flight, decoded)
-                            )
-                        )
-                for chunk in _chunks(pending, SNAPSHOT_PROJECTS):
-                    snapshots.append(
-                        group.create_task(
-                            self._snapshot_chunk(chunk, tag, calls_in_flight, decoded)
-                        )
-                    )
-                for task in snapshots:
-                    await task
-                decoded.put_nowait(None)
-                await writer
-        except BaseExceptionGroup as failures:
-            # Callers classify failures by type (an RPC error, a database error), as before.
-            raise _first_leaf(failures) from None
+            ranges = [
+                (page_start, min(end, page_start + self.config.page_blocks - 1))
+                for page_start in range(start, end + 1, self.config.page_blocks)
+            ]
+            pending: list[asyncio.Future[list[RpcLog]]] = []
+            for page_start, page_end in ranges:
+                pending.append(asyncio.ensure_future(self._fetch_logs(page_start, page_end)))
+                if len(pending) >= PAGES_IN_FLIGHT:
+                    self._classify_page(await pending.pop(0), known, batch)
+            for page in pending:
+                self._classify_page(await page, known, batch)
+            pending = []
+            block = await header
+        finally:
+            for task in (*pending, header):
+                task.cancel()
+            await _finish(*pending, header)
+        if block is None:
+            raise RpcError(f"block {end} not found")
+        batch.block_hash = block["hash"]
+        batch.block_time = datetime.fromtimestamp(int(block["timestamp"], 16), UTC)
+        await self._fold_stored(conn, batch)
+        await self._resolve_times(batch)
         return batch
-
-    async def _fetch_pages(
-        self, start: int, end: int, pages: asyncio.Queue[list[RpcLog] | None]
-    ) -> None:
-        """One ``eth_getLogs`` per page, in block order, each handed on as soon as it arrives."""
-        for page_start in range(start, end + 1, self.config.page_blocks):
-            page_end = min(end, page_start + self.config.page_blocks - 1)
-            pages.put_nowait(await self._fetch_logs(page_start, page_end))
-        pages.put_nowait(None)
 
     async def _fetch_logs(self, start: int, end: int) -> list[RpcLog]:
         logs = await self.rpc.call(
@@ -309,15 +342,17 @@ class IndexerEngine:
         assert isinstance(logs, list)
         return logs
 
-    def _classify_page(self, logs: list[RpcLog], known: set[str], batch: _Batch) -> list[str]:
-        """Record the page's creations and events in ``batch``; return the projects it touched
-        first in this batch (the ones still to snapshot)."""
-        fresh: list[str] = []
+    def _classify_page(self, logs: list[RpcLog], known: set[str], batch: _Batch) -> None:
+        """Record the page's creations, fold the logs of the projects created in this batch,
+        keep those of projects indexed before (folded onto their stored rows at the end)."""
         touched = batch.touched
         creations = batch.creations
+        folds = batch.folds
+        later = batch.later
         registry, created_topic = self.registry, self.created_event.topic0
-        # Creations first, then everything else: no sort by (block, log index) needed, since a
-        # project's events count whether they come before or after its creation in the page.
+        apply = self.folder.apply
+        # Creations first, then everything else: a project's ProjectCreated is logged before
+        # its other logs (same transaction, earlier log index), so its fold exists in time.
         others = []
         bid_topics = self.bid_events
         for entry in logs:
@@ -325,181 +360,178 @@ class IndexerEngine:
                 continue
             topics = entry["topics"]
             if topics and topics[0] == created_topic and entry["address"].lower() == registry:
-                args = cast(
-                    ProjectCreated, self.created_event.decode_log(entry, checksum_addresses=False)
-                )
-                address = args["project"].lower()
-                creations[address] = ProjectCreation(
-                    project_address=address,
-                    owner_address=args["owner"].lower(),
-                    config_hash=args["configHash"].lower(),
-                    block_number=int(entry["blockNumber"], 16),
-                    log_index=int(entry["logIndex"], 16),
-                )
+                creation = self._creation(entry)
+                address = creation.project_address
+                creations[address] = creation
+                folds[address] = ProjectFold.created(creation, int(entry["data"][66:130], 16))
+                later.pop(address, None)  # an earlier incarnation's logs (a replaced history)
                 batch.events += 1
-                if address not in touched:
-                    touched.add(address)
-                    fresh.append(address)
+                touched.add(address)
             else:
                 others.append(entry)
         for entry in others:
             address = entry["address"].lower()
-            if address in touched:
-                batch.events += 1
-            elif address in known or address in creations:
-                batch.events += 1
-                touched.add(address)
-                fresh.append(address)
+            fold = folds.get(address)
+            if fold is not None:
+                apply(fold, entry)
+            elif address in known:
+                later.setdefault(address, []).append(entry)
             else:
                 continue
+            batch.events += 1
+            touched.add(address)
             topics = entry["topics"]
             if topics and topics[0] in bid_topics:
                 batch.bid_logs.append(entry)
-        return fresh
 
-    async def _snapshot_chunk(
-        self,
-        addresses: list[str],
-        tag: str,
-        calls_in_flight: asyncio.Semaphore,
-        decoded: asyncio.Queue[list[tuple[ProjectRow, list[MilestoneRow]]] | None],
-    ) -> None:
-        decoded.put_nowait(await self._read_snapshots(addresses, tag, calls_in_flight))
+    def _creation(self, entry: RpcLog) -> ProjectCreation:
+        """A ``ProjectCreated`` log, read in place: ``project`` and ``owner`` are topics 1 and
+        2, ``configHash`` the first data word (``tests/unit/indexer`` checks this against the
+        ABI decoder)."""
+        topics = entry["topics"]
+        return ProjectCreation(
+            project_address="0x" + topics[1][-40:].lower(),
+            owner_address="0x" + topics[2][-40:].lower(),
+            config_hash="0x" + entry["data"][2:66].lower(),
+            block_number=int(entry["blockNumber"], 16),
+            log_index=int(entry["logIndex"], 16),
+        )
 
-    async def _read_snapshots(
-        self, addresses: list[str], tag: str, calls_in_flight: asyncio.Semaphore
-    ) -> list[tuple[ProjectRow, list[MilestoneRow]]]:
-        """``getProjectState()`` of each project, then ``allowlist()`` of the invite-only ones.
-
-        An open project's allowlist is always empty (its bidding access is set once, at
-        initialisation, and the contract edits the allowlist of invite-only projects only), so
-        reading it would only double the calls: most projects are open.
-        """
-        state_data = self.get_state.encode_call()
-        async with calls_in_flight:
-            raw_states = await self.rpc.batch(
-                [("eth_call", [{"to": a, "data": state_data}, tag]) for a in addresses],
-                chunk=SNAPSHOT_PROJECTS,
-            )
-        states = self._decode_states(raw_states)
-        invite_only = [
-            i for i, state in enumerate(states) if state["biddingAccess"] != BiddingAccess.OPEN
-        ]
-        allowlists: dict[int, list[str]] = {}
-        if invite_only:
-            allow_data = self.get_allowlist.encode_call()
-            async with calls_in_flight:
-                raw_lists = await self.rpc.batch(
-                    [
-                        ("eth_call", [{"to": addresses[i], "data": allow_data}, tag])
-                        for i in invite_only
-                    ],
-                    chunk=SNAPSHOT_PROJECTS,
-                )
-            for i, raw in zip(invite_only, raw_lists, strict=True):
-                allowlists[i] = self.get_allowlist.decode_result(raw, checksum_addresses=False)
-        return [
-            project_rows(address, state, allowlists.get(i, []))
-            for i, (address, state) in enumerate(zip(addresses, states, strict=True))
-        ]
-
-    def _decode_states(self, results: list[Any]) -> list[ProjectState]:
-        decode = self.get_state.decode_result
-        return [decode(raw, checksum_addresses=False) for raw in results]
-
-    async def _write_decoded(
-        self,
-        conn: Connection,
-        batch: _Batch,
-        header: asyncio.Task[RpcBlockHeader | None],
-        decoded: asyncio.Queue[list[tuple[ProjectRow, list[MilestoneRow]]] | None],
-        end: int,
-    ) -> None:
-        """Upsert decoded snapshots into the batch's transaction as they come: whatever queued
-        up while the previous write ran (up to ``WRITE_PROJECTS``) goes in the next one."""
-        block = await header
-        if block is None:
-            raise RpcError(f"block {end} not found")
-        batch.block_hash = block["hash"]
-        batch.block_time = datetime.fromtimestamp(int(block["timestamp"], 16), UTC)
-        done = False
-        while not done:
-            first = await decoded.get()
-            if first is None:
-                break
-            rows = list(first)
-            while len(rows) < WRITE_PROJECTS and not decoded.empty():
-                more = decoded.get_nowait()
-                if more is None:
-                    done = True
-                    break
-                rows.extend(more)
-            await self._write_rows(conn, batch, rows, end)
-
-    async def _write_rows(
-        self,
-        conn: Connection,
-        batch: _Batch,
-        rows: list[tuple[ProjectRow, list[MilestoneRow]]],
-        end: int,
-    ) -> None:
-        missing = [p.project_address for p, _ in rows if p.project_address not in batch.creations]
-        existing = await repo.existing_creations(conn, missing) if missing else {}
-        snapshots: list[Snapshot] = []
-        for project, milestones in rows:
-            address = project.project_address
-            creation = batch.creations.get(address) or existing.get(address)
-            if creation is None:
+    async def _fold_stored(self, conn: Connection, batch: _Batch) -> None:
+        """Fold the logs of projects indexed before this batch onto their stored rows (the
+        rows the change events compare with, read here for every project that may have any)."""
+        stored = sorted(
+            address
+            for address in batch.touched
+            if address in batch.known or address not in batch.creations
+        )
+        before_projects, before_milestones = await repo.current_state(conn, stored)
+        batch.before_projects = before_projects
+        batch.before_milestones = before_milestones
+        if not batch.later:
+            return
+        milestones: dict[str, list[repo.StoredRow]] = {}
+        for (address, _), milestone in before_milestones.items():
+            milestones.setdefault(address, []).append(milestone)
+        existing = await repo.existing_creations(conn, sorted(batch.later))
+        apply = self.folder.apply
+        for address, logs in batch.later.items():
+            row = before_projects.get(address)
+            creation = existing.get(address)
+            if row is None or creation is None:
                 log.warning("event from a project never created", extra={"project": address})
                 continue
-            snapshots.append((project, milestones, creation))
-        # Only projects the read model may hold already: reading the others back would find
-        # nothing, and while a backfill fills freshly emptied tables the planner has no
-        # statistics and scans them, which made these reads quadratic in the batch.
-        stored = [
-            project.project_address
-            for project, _, _ in snapshots
-            if project.project_address in batch.known
-            or project.project_address not in batch.creations
-        ]
-        before_projects, before_milestones = await repo.current_state(conn, stored)
-        assert batch.block_time is not None  # the writer reads the header first
-        written = await repo.upsert_snapshots(
-            conn, self.config.chain_id, snapshots, block=end, block_time=batch.block_time
+            fold = ProjectFold.from_rows(row, milestones.get(address, []))
+            for entry in logs:
+                apply(fold, entry)
+            batch.folds[address] = fold
+            batch.creations.setdefault(address, creation)
+        batch.later = {}
+
+    async def _resolve_times(self, batch: _Batch) -> None:
+        """The fallback for a dispute resolution whose transaction logged no time: its block's."""
+        unresolved: list[tuple[ProjectFold, int, RpcLog]] = []
+        for fold in batch.folds.values():
+            fold.close_pending()
+            unresolved.extend((fold, index, entry) for index, entry in fold.unresolved)
+        if not unresolved:
+            return
+        times = await self._block_times([entry for _, _, entry in unresolved])
+        for fold, index, entry in unresolved:
+            fold.resolve(index, int(times[int(entry["blockNumber"], 16)].timestamp()))
+            fold.unresolved = []
+
+    # --- the batch's writes ---------------------------------------------------------------
+    #
+    # One connection runs one statement at a time, so the writes overlap this process's work
+    # by order: each statement is sent, and the rows, bids or events the next ones need are
+    # worked out while the database runs it.
+
+    async def _write_batch(self, conn: Connection, batch: _Batch, end: int) -> list[NewEvent]:
+        """Upsert the folded rows and the bids; return the change events (the caller writes
+        them last)."""
+        assert batch.block_time is not None
+        block_time = batch.block_time
+        bids = await self._read_bids(conn, batch)
+        write: asyncio.Task[set[str]] | None = None
+        insert: asyncio.Task[None] | None = None
+        try:
+            for group in _chunks(sorted(batch.folds), WRITE_PROJECTS):
+                snapshots: list[Snapshot] = []
+                for i, address in enumerate(group):
+                    project, milestones = batch.folds[address].rows()
+                    snapshots.append((project, milestones, batch.creations[address]))
+                    if i % YIELD_EVERY == YIELD_EVERY - 1:
+                        # The write in flight may send its next statement (milestones).
+                        await asyncio.sleep(0)
+                if write is not None:
+                    batch.written |= await write
+                write = asyncio.create_task(
+                    repo.upsert_snapshots(
+                        conn, self.config.chain_id, snapshots, block=end, block_time=block_time
+                    )
+                )
+                await asyncio.sleep(0)  # the statement goes out; the next group is built meanwhile
+                batch.snapshots.extend(snapshots)
+            # While the last group is written: the bid logs decoded and folded.
+            decoded, bid_rows = await self._fold_bids(batch, bids)
+            if write is not None:
+                batch.written |= await write
+                write = None
+            if decoded:
+                insert = asyncio.create_task(bids_repo.insert_events(conn, decoded))
+                await asyncio.sleep(0)
+            events = snapshot_events(
+                batch.before_projects,
+                batch.before_milestones,
+                batch.snapshots,
+                batch.written,
+                block=end,
+            )
+            upserts, deletions = diff_bids(bids.before, bid_rows)
+            bid_changes = bid_events(bids.before, bid_rows)
+            if insert is not None:
+                await insert
+            await bids_repo.replace_bids(conn, upserts, deletions)
+        finally:
+            # A failure on the way (an RPC error while a statement runs) leaves the connection
+            # busy: the rollback must wait for the statement, whose own outcome no longer matters.
+            await _finish(write, insert)
+        return with_bid_events(events, bid_changes, block=end)
+
+    async def _read_bids(self, conn: Connection, batch: _Batch) -> _StoredBids:
+        """The stored bid logs and bids of the projects this batch has bid logs of and that
+        may have some already (indexed before the batch)."""
+        projects = {entry["address"].lower() for entry in batch.bid_logs}
+        stored = sorted(p for p in projects if p in batch.folds and p in batch.known)
+        if not stored:
+            return _StoredBids([], [], {})
+        return _StoredBids(
+            stored,
+            await bids_repo.events_of(conn, stored),
+            await bids_repo.bids_of(conn, stored),
         )
-        batch.snapshots.extend(snapshots)
-        batch.before_projects.update(before_projects)
-        batch.before_milestones.update(before_milestones)
-        batch.written |= written
 
-    # --- bids ---------------------------------------------------------------------------------
-
-    async def _write_bids(self, conn: Connection, batch: _Batch) -> dict[str, list[BidChanges]]:
-        """Append the batch's bid logs and fold its projects' bids again; return the changes.
-
-        Only logs of projects the read model holds count (the batch's snapshots: a project the
-        registry never created has none). A project indexed before this batch is folded from all
-        its stored logs; one created in this batch has no others, so its new logs suffice.
-        """
-        if not batch.bid_logs:
-            return {}
-        indexed = {project.project_address for project, _, _ in batch.snapshots}
-        logs = [e for e in batch.bid_logs if e["address"].lower() in indexed]
+    async def _fold_bids(
+        self, batch: _Batch, bids: _StoredBids
+    ) -> tuple[list[bids_repo.BidEventRow], dict[tuple[str, str], BidRow]]:
+        """The batch's bid logs decoded (only those of projects it writes: the registry created
+        them) and every affected project's bids folded from its logs."""
+        logs = [e for e in batch.bid_logs if e["address"].lower() in batch.folds]
         if not logs:
-            return {}
+            return [], {}
         times = await self._block_times(logs)
         decoded = [self._bid_event(entry, times) for entry in logs]
-        await bids_repo.insert_events(conn, decoded)
-        projects = {event.project_address for event in decoded}
-        # As in _write_rows: only projects the read model may hold already are read back.
-        stored = sorted(p for p in projects if p in batch.known or p not in batch.creations)
-        events = await bids_repo.events_of(conn, stored) if stored else []
-        old = set(stored)
-        events += sorted(
-            (e for e in decoded if e.project_address not in old),
-            key=lambda e: (e.project_address, e.block_number, e.log_index),
-        )
-        return await self._replace_bids(conn, stored, events)
+        # A project indexed before is folded from all its logs, one created in this batch from
+        # the batch's (it has no others); a replayed log is in both only once.
+        seen = {(e.project_address, e.block_number, e.log_index) for e in bids.events}
+        events = list(bids.events) + [
+            e for e in decoded if (e.project_address, e.block_number, e.log_index) not in seen
+        ]
+        events.sort(key=lambda e: (e.project_address, e.block_number, e.log_index))
+        return decoded, fold_bids(events)
+
+    # --- bids ---------------------------------------------------------------------------------
 
     async def _replace_bids(
         self, conn: Connection, stored: list[str], events: list[bids_repo.BidEventRow]
@@ -538,7 +570,7 @@ class IndexerEngine:
 
     def _bid_event(self, entry: RpcLog, times: dict[int, datetime]) -> bids_repo.BidEventRow:
         kind, event = self.bid_events[entry["topics"][0]]
-        args = event.decode_log(entry, checksum_addresses=False)
+        args = event.decode(entry)
         number = int(entry["blockNumber"], 16)
         bidder = cast(str, args.get("bidder") or args.get("builder")).lower()
         bid_hash = args.get("bidHash")
@@ -559,36 +591,17 @@ class IndexerEngine:
             amount=cast("int | None", amount),
         )
 
-    async def _write_snapshots(
-        self,
-        conn: Connection,
-        snapshots: list[Snapshot],
-        *,
-        block: int,
-        block_time: datetime,
-    ) -> WrittenSnapshots:
-        """Upsert ``snapshots`` and work out their change events (the caller writes them)."""
-        addresses = [project.project_address for project, _, _ in snapshots]
-        before_projects, before_milestones = await repo.current_state(conn, addresses)
-        written = await repo.upsert_snapshots(
-            conn, self.config.chain_id, snapshots, block=block, block_time=block_time
-        )
-        events = snapshot_events(
-            before_projects, before_milestones, snapshots, written, block=block
-        )
-        return WrittenSnapshots(written, events)
+    # --- state reads: the fallback where the logs do not reach ----------------------------
+    #
+    # A rollback resets the projects the dropped blocks touched to their state at the fork
+    # block: the logs that built their stored rows are not kept, so the rows are read back from
+    # the contract (getProjectState(), and allowlist() for invite-only projects), in JSON-RPC
+    # batches, for those projects only. Nothing else reads contract state.
 
-    async def _snapshot(
-        self, addresses: list[str], block: int
-    ) -> tuple[list[Snapshot], RpcBlockHeader]:
+    async def _snapshot(self, conn: Connection, addresses: list[str], block: int) -> list[Snapshot]:
         """Snapshots of ``addresses`` (projects already in the read model) at ``block``."""
         tag = _hex(block)
         order = sorted(addresses)
-        block_info: RpcBlockHeader | None = await self.rpc.call(
-            "eth_getBlockByNumber", [tag, False]
-        )
-        if block_info is None:
-            raise RpcError(f"block {block} not found")
         calls_in_flight = asyncio.Semaphore(SNAPSHOT_CONCURRENCY)
         chunks = await asyncio.gather(
             *(
@@ -596,7 +609,7 @@ class IndexerEngine:
                 for chunk in _chunks(order, SNAPSHOT_PROJECTS)
             )
         )
-        existing = await repo.existing_creations(self.pool, order) if order else {}
+        existing = await repo.existing_creations(conn, order) if order else {}
         snapshots = []
         for project, milestones in (row for chunk in chunks for row in chunk):
             creation = existing.get(project.project_address)
@@ -607,7 +620,42 @@ class IndexerEngine:
                 )
                 continue
             snapshots.append((project, milestones, creation))
-        return snapshots, block_info
+        return snapshots
+
+    async def _read_snapshots(
+        self, addresses: list[str], tag: str, calls_in_flight: asyncio.Semaphore
+    ) -> list[tuple[ProjectRow, list[MilestoneRow]]]:
+        """``getProjectState()`` of each project, then ``allowlist()`` of the invite-only ones
+        (an open project's allowlist is always empty: its bidding access is set once, at
+        initialisation, and the contract edits the allowlist of invite-only projects only)."""
+        state_data = self.get_state.encode_call()
+        async with calls_in_flight:
+            raw_states = await self.rpc.batch(
+                [("eth_call", [{"to": a, "data": state_data}, tag]) for a in addresses],
+                chunk=SNAPSHOT_PROJECTS,
+            )
+        decode = self.get_state.decode_result
+        states: list[ProjectState] = [decode(raw, checksum_addresses=False) for raw in raw_states]
+        invite_only = [
+            i for i, state in enumerate(states) if state["biddingAccess"] != BiddingAccess.OPEN
+        ]
+        allowlists: dict[int, list[str]] = {}
+        if invite_only:
+            allow_data = self.get_allowlist.encode_call()
+            async with calls_in_flight:
+                raw_lists = await self.rpc.batch(
+                    [
+                        ("eth_call", [{"to": addresses[i], "data": allow_data}, tag])
+                        for i in invite_only
+                    ],
+                    chunk=SNAPSHOT_PROJECTS,
+                )
+            for i, raw in zip(invite_only, raw_lists, strict=True):
+                allowlists[i] = self.get_allowlist.decode_result(raw, checksum_addresses=False)
+        return [
+            project_rows(address, state, allowlists.get(i, []))
+            for i, (address, state) in enumerate(zip(addresses, states, strict=True))
+        ]
 
     # --- reorgs ---------------------------------------------------------------------------
 
@@ -654,13 +702,18 @@ class IndexerEngine:
                 if rebid
                 else {}
             )
+            # The projects the dropped blocks touched go back to their state at the fork block,
+            # read from the contract (their rows are folded logs, and the dropped logs cannot be
+            # taken out again); the rescan from the fork then folds the canonical logs on top.
             survivors = sorted(touched - deleted)
+            changed: list[NewEvent] = []
             if survivors:
                 await conn.execute(
                     "UPDATE projects SET snapshot_block = $2 WHERE project_address = any($1)",
                     survivors,
                     fork,
                 )
+                changed = await self._reset_to(conn, survivors, fork)
             await repo.advance_cursor(conn, self.config.chain_id, fork, head, _now())
             await events_repo.append(
                 conn,
@@ -672,24 +725,29 @@ class IndexerEngine:
                     removed=deleted,
                     resnapshot=survivors,
                 )
-                + with_bid_events([], rebid_changes, block=fork),
+                + with_bid_events(changed, rebid_changes, block=fork),
             )
         if self._known is not None:
             self._known -= deleted
-        # Projects the dropped blocks touched are re-read as of now; the rescan from the fork
-        # then replays the canonical history on top.
-        if survivors:
-            await self._resnapshot(survivors, head)
         return True
 
-    async def _resnapshot(self, addresses: list[str], head: int) -> None:
-        snapshots, block = await self._snapshot(addresses, head)
-        block_time = datetime.fromtimestamp(int(block["timestamp"], 16), UTC)
-        async with self.pool.acquire() as conn, conn.transaction():
-            written = await self._write_snapshots(
-                conn, snapshots, block=head, block_time=block_time
-            )
-            await events_repo.append(conn, written.events)
+    async def _reset_to(self, conn: Connection, addresses: list[str], block: int) -> list[NewEvent]:
+        """Upsert ``addresses``' state at ``block`` (read from the contract); its events."""
+        header: RpcBlockHeader | None = await self.rpc.call(
+            "eth_getBlockByNumber", [_hex(block), False]
+        )
+        if header is None:
+            raise RpcError(f"block {block} not found")
+        snapshots = await self._snapshot(conn, addresses, block)
+        before_projects, before_milestones = await repo.current_state(conn, addresses)
+        written = await repo.upsert_snapshots(
+            conn,
+            self.config.chain_id,
+            snapshots,
+            block=block,
+            block_time=datetime.fromtimestamp(int(header["timestamp"], 16), UTC),
+        )
+        return snapshot_events(before_projects, before_milestones, snapshots, written, block=block)
 
     # --- side channels --------------------------------------------------------------------
 

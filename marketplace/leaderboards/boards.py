@@ -185,6 +185,9 @@ class BoardsConsumer(OutboxLeader):
     async def consume_batch(self, conn: Connection) -> int:
         """Apply the next batch after the cursor in one transaction; the number of events read
         (0: none waiting). ``conn`` must hold the consumer lock (or be the only consumer)."""
+        # Position what has committed before the transaction: inside it the positioning lock
+        # would be held until this batch commits, holding back the relay and the stream.
+        await events_repo.position_committed(conn)
         async with conn.transaction():
             await repo.take_write_lock(conn)
             cursor, _ = await repo.consumer_cursor(conn)

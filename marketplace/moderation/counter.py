@@ -4,7 +4,7 @@ Both are user-family shard commands (:class:`~marketplace.shards.UserCommand`), 
 moderation state has one writer: the user shard that owns the user id runs them one at a time
 per user. Each runs in ONE transaction that also takes the user's advisory lock
 (:func:`~marketplace.storage.repositories.moderation.lock_user`), writes its audit entries and
-appends its events last.
+appends its events.
 
 Fault contract: PostgreSQL is the source of truth; the shard keeps no moderation state of its
 own (the window count is one indexed query inside the transaction), so a restarted shard has
@@ -172,7 +172,7 @@ class RecordOffense(UserCommand):
                     ),
                 )
             )
-        await events_repo.append(conn, events)  # last: see the events repository
+        await events_repo.append(conn, events)
         return OffenseRecorded(self.offense_id, at, suspension_id, until, replayed=False)
 
     def _replayed(self, row: repo.OffenseRow) -> OffenseRecorded:

@@ -143,6 +143,9 @@ class NotificationConsumer(OutboxLeader):
     async def consume_batch(self, conn: Connection) -> int:
         """Consume the next batch after the cursor in one transaction; the number of events read
         (0: none waiting). ``conn`` must hold the consumer lock (or be the only consumer)."""
+        # Position committed events first, outside the transaction, so that ``read_consumed``
+        # does not hold the positioning lock across this batch (docs/events.md).
+        await events_repo.position_committed(conn)
         async with conn.transaction():
             cursor = await repo.consumer_cursor(conn)
             rows, position = await events_repo.read_consumed(

@@ -1,21 +1,25 @@
-"""The consumer API: ``subscribe`` to committed events, ``read_since`` an id (docs/events.md).
+"""The consumer API: ``subscribe`` to committed events, ``read_since`` a position
+(docs/events.md).
 
-A consumer remembers the id of the last event it applied and passes it back after a restart.
-Ids grow in commit order but are not contiguous (a transaction rolled back after writing its
-events leaves a hole), so "after id N" is a complete position.
+An event's ``id`` is its position (``storage/repositories/events.py``): positions follow commit
+order, every position a reader sees belongs to a committed event with every smaller one, and
+they are not contiguous (holes and jumps), so "after position N" is a complete cursor. A
+consumer remembers the position of the last event it applied and passes it back after a
+restart.
 
 ``subscribe`` reads the Redis Stream the relay fills (``XREAD BLOCK``). Whatever the stream does
 not hold is read from Postgres, the source of truth:
 
 - at the start, when the stream is empty or begins after ``after_id + 1`` (it was trimmed past
   the consumer, or lost with its Redis server);
-- while reading, whenever the next entry's id skips ids: the skipped ids are looked up in
-  Postgres (usually rolled-back ids, so nothing; after trimming or a Redis restart, the events
-  the stream lost).
+- while reading, whenever the next entry's position skips positions: the skipped ones are looked
+  up in Postgres (usually holes, so nothing; after trimming or a Redis restart, the events the
+  stream lost).
 
-Events come out in id order, each once: entries at or below the last yielded id are dropped, so
-an entry relayed twice or read both from Postgres and from the stream is yielded once. Events
-older than the Postgres retention (``MARKETPLACE_EVENTS_RETENTION_HOURS``) are gone for good.
+Events come out in position order, each once: entries at or below the last yielded position are
+dropped, so an entry relayed twice or read both from Postgres and from the stream is yielded
+once. Events the Postgres retention deleted are gone for good (retention waits for the durable
+consumers, not for ``subscribe``'s callers).
 """
 
 from __future__ import annotations
@@ -167,7 +171,7 @@ class EventStream:
         if first is None or first > last + 1:
             # The stream lacks what follows ``last``: read it from Postgres up to the stream's
             # first entry, or (empty stream) up to the newest event now; commit order makes
-            # that bound final (no smaller id can commit later).
+            # that bound final (no smaller position can appear later).
             bound = first if first is not None else await repo.last_id(self.pool) + 1
             async for row in self._rows_from_postgres(last, bound, wanted):
                 yield from_row(row)

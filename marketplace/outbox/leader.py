@@ -3,9 +3,10 @@
 The event relay and the notifications consumer follow the outbox the same way: each runs in
 every frontend, exactly one is active (a session-level advisory lock held on a dedicated
 connection, released when that connection closes, so a dead frontend's lock goes with it), the
-others stand by and try again now and then; the active one works whenever a producing commit
-NOTIFYs ``events.WAKE_CHANNEL`` or its poll interval passes; a failure closes the connection
-(and the lock) and the loop starts over after a backoff. Subclasses say which lock, what one
+others stand by and try again now and then; the active one works whenever a commit NOTIFYs
+``events.WAKE_CHANNEL`` (a positioner that positioned events, or a producer that found the relay
+asleep) or its poll interval passes; a failure closes the connection (and the lock) and the loop
+starts over after a backoff. Subclasses say which lock, what one
 round of work is, and what to do between rounds.
 """
 
@@ -58,6 +59,11 @@ class OutboxLeader(abc.ABC):
 
     async def between(self, conn: asyncpg.Connection) -> None:  # noqa: B027 - an optional hook
         """Called after a round that left nothing waiting, before waiting for a wake-up."""
+
+    async def wait_for_work(self, conn: asyncpg.Connection, wake: asyncio.Event) -> None:
+        """Wait for a NOTIFY (``wake``) or the poll interval (the relay waits its own way)."""
+        with contextlib.suppress(TimeoutError):
+            await wait_event(wake, self.poll_interval)
 
     @staticmethod
     async def after_batch(read: int, batch_size: int, gather_seconds: float) -> bool:
@@ -113,8 +119,7 @@ class OutboxLeader(abc.ABC):
                 if await self.work(conn):
                     continue
                 await self.between(conn)
-                with contextlib.suppress(TimeoutError):
-                    await wait_event(wake, self.poll_interval)
+                await self.wait_for_work(conn, wake)
         finally:
             self.active = False
             await _close(conn)

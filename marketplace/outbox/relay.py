@@ -1,4 +1,4 @@
-"""The relay: committed events, in id order, from the Postgres outbox to a Redis Stream.
+"""The relay: committed events, in position order, from the Postgres outbox to a Redis Stream.
 
 Every frontend runs one (``marketplace.http.app``); exactly one is active. A relay holds a
 session-level ``pg_try_advisory_lock`` on a connection of its own (never the shared pool, whose
@@ -7,24 +7,38 @@ the others retry the lock every ``standby_interval`` and take over within that t
 active relay's connection closes (process exit, crash, or a dead network connection noticed by
 the server).
 
-The active relay reads ``id > cursor ORDER BY id LIMIT n``, sends one ``XADD <stream> MAXLEN ~
-<maxlen> <id>-0 type .. subject .. payload .. createdAt ..`` per event in one pipeline, then
-advances the cursor in ``event_relay_cursor``. It wakes on the NOTIFY every producing
-transaction sends at commit, and polls every ``poll_interval`` in case a notification is lost.
+Each round, the active relay first positions committed events (``events.position_committed``:
+producers insert without any lock, and a position is what orders them, docs/events.md), then
+reads ``position > cursor ORDER BY position LIMIT n``, sends one ``XADD <stream> MAXLEN ~
+<maxlen> <position>-0 type .. subject .. payload .. createdAt ..`` per event in one pipeline, and
+advances the cursor in ``event_relay_cursor``.
+
+Waking up: producers do not NOTIFY on every commit (PostgreSQL serialises notifying commits).
+Before it sleeps, the relay takes ``RELAY_IDLE_KEY`` (session, exclusive); every producing
+statement tries to take it shared, holding it to its commit, and NOTIFYs only when it cannot
+(the relay sleeps). So the relay cannot take it while a producing transaction is in flight (it
+then checks again after ``batch_interval``), and once it holds it, it looks once more for work
+(a producer that committed just before) and then sleeps until a NOTIFY, or ``poll_interval``.
 
 Fault contract (at-least-once, and no duplicate in the stream): the cursor moves only after
 Redis accepted the entries. A relay killed between the XADD and the cursor update leaves the
 cursor behind; the next active relay sends those events again, and Redis refuses each one
 because the stream already holds an entry with that id or a larger one ("equal or smaller than
-the target stream top item"), which counts as relayed. Since producers commit in id order
-(``storage/repositories/events.py``), the cursor never passes an event that commits later.
-Consumers still dedupe by id (``consumer.py``): a stream lost with its Redis server is rebuilt
-from the cursor on, and what was older is read from Postgres.
+the target stream top item"), which counts as relayed. Positions only grow, and every position
+a reader sees belongs to a committed event, so the cursor never passes an event that gets a
+smaller position later. Consumers still dedupe by position (``consumer.py``): a stream lost with
+its Redis server is rebuilt from the cursor on, and what was older is read from Postgres.
+
+Retention: relayed events older than ``retention`` are deleted once every durable consumer has
+read them (``event_consumer_cursors``); past ``unread_retention`` they are deleted anyway, and
+each consumer that had not read them is told (an error in the log, a skip recorded in
+``event_consumer_skips``, counted by ``marketplace_events_consumer_skipped_events``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +48,7 @@ import asyncpg
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
+from marketplace.aio import wait_event
 from marketplace.config import Settings
 from marketplace.outbox.leader import OutboxLeader
 from marketplace.storage.repositories import events as repo
@@ -61,11 +76,15 @@ class RelayConfig:
     # per event; an event that finds the relay idle still goes at once (bench/README.md,
     # "Messaging", has what it saves).
     batch_interval: float = BATCH_INTERVAL_SECONDS
+    # Past this age a relayed event is deleted even if a durable consumer has not read it (None:
+    # never); the consumer is told (docs/events.md, "Retention").
+    unread_retention: timedelta | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RelayConfig:
         poll = settings.events_relay_poll_interval_ms / 1000
         hours = settings.events_retention_hours
+        max_hours = settings.events_retention_max_hours
         return cls(
             stream=settings.events_stream,
             maxlen=settings.events_stream_maxlen,
@@ -73,6 +92,7 @@ class RelayConfig:
             batch_size=settings.events_relay_batch_size,
             retention=timedelta(hours=hours) if hours else None,
             standby_interval=max(1.0, 10 * poll),
+            unread_retention=timedelta(hours=max(max_hours, hours)) if max_hours else None,
         )
 
 
@@ -100,12 +120,14 @@ class EventRelay(OutboxLeader):
         self.config = config
         self.relayed = 0  # entries this relay added to the stream
         self.already_relayed = 0  # entries Redis refused as already there
+        self.skipped_unread = 0  # unread events this relay's sweeps deleted (all consumers)
         self._next_sweep = 0.0
 
     async def try_lock(self, conn: asyncpg.Connection) -> bool:
         return await repo.try_relay_lock(conn)
 
     async def work(self, conn: asyncpg.Connection) -> bool:
+        await repo.position_committed(conn)
         batch = await repo.unrelayed(conn, self.config.batch_size)
         if not batch:
             return False
@@ -119,6 +141,24 @@ class EventRelay(OutboxLeader):
         if self.config.retention is not None and loop.time() >= self._next_sweep:
             await self._sweep(conn, self.config.retention)
             self._next_sweep = loop.time() + SWEEP_INTERVAL_SECONDS
+
+    async def wait_for_work(self, conn: asyncpg.Connection, wake: asyncio.Event) -> None:
+        if not await repo.try_idle_lock(conn):
+            # A producing transaction is in flight (it holds the key shared to its commit) and
+            # will not NOTIFY: look again shortly rather than sleep.
+            await asyncio.sleep(self.config.batch_interval)
+            return
+        try:
+            # From here on producers NOTIFY; one that committed just before did not.
+            pending = await repo.relay_pending(conn)
+            if not pending:
+                with contextlib.suppress(TimeoutError):
+                    await wait_event(wake, self.poll_interval)
+        finally:
+            await repo.release_idle_lock(conn)
+        if pending:
+            # Work is waiting, or events another positioner is about to commit: do not spin.
+            await asyncio.sleep(self.config.batch_interval)
 
     async def _relay(self, conn: asyncpg.Connection, batch: Sequence[repo.StoredEvent]) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -153,9 +193,23 @@ class EventRelay(OutboxLeader):
     async def _sweep(self, conn: asyncpg.Connection, retention: timedelta) -> None:
         deleted = SWEEP_BATCH
         while deleted == SWEEP_BATCH:
-            deleted = await repo.sweep(conn, retention, SWEEP_BATCH)
+            result = await repo.sweep(
+                conn, retention, SWEEP_BATCH, unread_older_than=self.config.unread_retention
+            )
+            deleted = result.deleted
             if deleted:
                 log.info("swept %d relayed events older than %s", deleted, retention)
+            for skip in result.skips:
+                self.skipped_unread += skip.events
+                log.error(
+                    "retention deleted %d events the %s consumer had not read (positions %d-%d,"
+                    " older than %s, MARKETPLACE_EVENTS_RETENTION_MAX_HOURS): it skips them",
+                    skip.events,
+                    skip.consumer,
+                    skip.after_position + 1,
+                    skip.through_position,
+                    self.config.unread_retention,
+                )
 
 
 # How a relay's connection names itself in pg_stat_activity (which host and process holds the

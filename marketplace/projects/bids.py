@@ -17,7 +17,7 @@ Every log moves ``updatedAt`` of the rows it changes to its block's time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Literal, cast
 
@@ -171,25 +171,37 @@ def bid_changes(before: BidRow | None, after: BidRow | None) -> dict[str, JsonVa
     API's format (all of them for a new bid; ``{"status": None}`` for a bid that is gone)."""
     if after is None:
         return {"status": None}
+    if before is None:
+        # A new bid (every bid of a backfill): all fields, without comparing.
+        return {name: _API_VALUE[column](getattr(after, column)) for column, name in _REPORTED}
     changed: dict[str, JsonValue] = {}
-    for column, name in REPORTED_FIELDS.items():
+    for column, name in _REPORTED:
         new = getattr(after, column)
-        if before is not None and getattr(before, column) == new:
-            continue
-        changed[name] = _api_value(column, new)
+        if getattr(before, column) != new:
+            changed[name] = _API_VALUE[column](new)
     return changed
 
 
-def _api_value(column: str, value: object) -> JsonValue:
-    if isinstance(value, list):
-        if column == "payouts_usdc":
-            return [str(int(v)) for v in value]
-        return [int(v) for v in value]
-    if isinstance(value, int):  # USDC amounts
-        return str(value)
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return str(value)
+def _text(value: object) -> JsonValue:
+    return str(value)  # status, hash, USDC amounts (int or Decimal)
+
+
+def _time(value: object) -> JsonValue:
+    return cast(datetime, value).isoformat()
+
+
+# The read API's format of each reported column.
+_API_VALUE: dict[str, Callable[[object], JsonValue]] = {
+    "status": _text,
+    "bid_hash": _text,
+    "payouts_usdc": lambda v: [str(int(p)) for p in cast(list[int], v)],
+    "durations_seconds": lambda v: [int(d) for d in cast(list[int], v)],
+    "total_payout_usdc": _text,
+    "bond_usdc": _text,
+    "posted_at": _time,
+    "updated_at": _time,
+}
+_REPORTED = tuple(REPORTED_FIELDS.items())
 
 
 def diff_bids(

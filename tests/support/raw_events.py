@@ -2,7 +2,7 @@
 write: a malformed payload, a payload missing fields, a type this code does not know.
 
 Production code writes ``NewEvent`` (a payload model) through ``events.append``; this helper runs
-the same statement (order lock, NOTIFY, insert) with the rows as given.
+the same statement (``events.append_rows``) with the rows as given.
 """
 
 from __future__ import annotations
@@ -27,12 +27,9 @@ async def append_raw(conn: asyncpg.Connection, events: Sequence[RawEvent]) -> li
     """Write ``events`` as ``events.append`` does (inside the caller's transaction, as its last
     statement); their ids."""
     assert conn.is_in_transaction(), "events are written inside a transaction"
-    rows = await conn.fetch(
-        repo.APPEND,
-        repo.EVENTS_LOCK_KEY,
-        repo.WAKE_CHANNEL,
+    return await repo.append_rows(
+        conn,
         [e.type for e in events],
         [e.subject for e in events],
         [json.dumps(dict(e.payload), separators=(",", ":")) for e in events],
     )
-    return [row["id"] for row in rows]

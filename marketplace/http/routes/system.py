@@ -201,19 +201,37 @@ class OpenApiDocument(ResponseModel):
     openapi: str
 
 
+class RayConnectionLost(ServiceUnavailable):
+    """503 from liveness: this frontend has been without a working Ray connection for longer than
+    ``MARKETPLACE_RAY_RECONNECT_GRACE_SECONDS`` and should be restarted."""
+
+
 @routes.get(
     "/v1/health",
     name="getHealth",
     summary="Liveness check",
     auth=AuthMode.NONE,
     response=HealthStatus,
+    errors=(ServiceUnavailable,),
     rate_limited=False,
     description=(
         'Liveness of this frontend process: 200 `{"status": "ok"}` as long as it serves '
-        "requests; it touches no dependency (use `/v1/health/ready` for those)."
+        "requests; it touches no dependency (use `/v1/health/ready` for those). One exception: "
+        "503 `service_unavailable` with `Retry-After` once this frontend's connection to the "
+        "Ray cluster has been failing, without rejoining, for longer than "
+        "`MARKETPLACE_RAY_RECONNECT_GRACE_SECONDS` (a frontend whose own Ray node gave up on "
+        "a lost head cannot rejoin by itself: restart it)."
     ),
 )
 async def get_health(call: Call[None, None, None]) -> HealthStatus:
+    runtime = call.app.get(keys.ACTORS)
+    if runtime is not None:
+        lost_for = runtime.lost_for()
+        if lost_for > call.app[keys.SETTINGS].ray_reconnect_grace_seconds:
+            raise RayConnectionLost(
+                f"no working Ray connection for {lost_for:.0f} s; restart this frontend",
+                retry_after=10,
+            )
     return HealthStatus(status="ok")
 
 

@@ -34,7 +34,8 @@ SELECT
    WHERE created_at > now() - make_interval(secs => $1)) AS offenses_window,
   (SELECT count(*) FROM moderation_suspensions
    WHERE lifted_at IS NULL AND starts_at <= now() AND ends_at > now()) AS suspensions_active,
-  (SELECT coalesce(max(id), 0) FROM events) AS newest_event_id,
+  -- Consumers' cursors are positions (migration 0022), so the newest is the newest position.
+  (SELECT coalesce(max(last_position), 0) FROM event_positions) AS newest_event_id,
   (SELECT coalesce(max(last_event_id), 0) FROM leaderboard_consumer_cursor)
       AS leaderboard_cursor,
   (SELECT coalesce(max(last_event_id), 0) FROM notification_consumer_cursor)

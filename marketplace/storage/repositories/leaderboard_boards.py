@@ -61,11 +61,17 @@ ON CONFLICT (singleton) DO UPDATE SET windows_refreshed_at = EXCLUDED.windows_re
 SELECT_NOW = "SELECT now()"
 # The oldest event of the consumed types the consumer has not applied (its lag).
 SELECT_OLDEST_PENDING = """
-SELECT e.created_at FROM events e
-WHERE e.id > (SELECT coalesce(max(last_event_id), 0) FROM leaderboard_consumer_cursor)
-  AND e.type = any($1::text[])
-ORDER BY e.id
-LIMIT 1
+SELECT min(created_at) FROM (
+    (SELECT e.created_at FROM events e
+     WHERE e.position > (SELECT coalesce(max(last_event_id), 0) FROM leaderboard_consumer_cursor)
+       AND e.type = any($1::text[])
+     ORDER BY e.position LIMIT 1)
+    UNION ALL
+    -- Committed but not positioned yet (the relay positions within milliseconds): pending too.
+    (SELECT e.created_at FROM events e
+     WHERE e.position IS NULL AND e.type = any($1::text[])
+     ORDER BY e.xid, e.id LIMIT 1)
+) pending
 """
 
 # --- entries ------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
 A tag upsert is one transaction: the tag row is locked (``FOR UPDATE``; a first tag is inserted
 with ``ON CONFLICT DO NOTHING`` and then locked, so two first upserts serialise too), compared,
 and only when it changes is it updated together with a new revision row and its
-``category_tags.changed`` event (the event last, as ``events.append`` requires). An identical
+``category_tags.changed`` event. An identical
 upsert writes nothing.
 """
 

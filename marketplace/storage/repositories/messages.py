@@ -2,13 +2,11 @@
 test direct messages need (docs/messaging.md).
 
 Chat sends write their messages and outbox events in one self-committing statement
-(``events.with_events``: the order lock is held only while the server commits), several sends
-of one shard at a time. A direct message writes them in one transaction, the event last
-(``events.append`` serialises producers from that statement to the commit), and creates or
-bumps its thread in that transaction with one ``INSERT ... ON CONFLICT`` on the ordered user
-pair: the UNIQUE
-constraint, not a prior read, decides which of two concurrent first messages creates the
-thread, and both land in it.
+(``events.with_events``), several sends of one shard at a time. A direct message writes them in
+one transaction (producers take no lock: the relay orders committed events, docs/events.md), and
+creates or bumps its thread in that transaction with one ``INSERT ... ON CONFLICT`` on the
+ordered user pair: the UNIQUE constraint, not a prior read, decides which of two concurrent first
+messages creates the thread, and both land in it.
 """
 
 from __future__ import annotations

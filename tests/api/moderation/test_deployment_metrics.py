@@ -21,6 +21,7 @@ from marketplace.http.routing import RouteTable
 from marketplace.jobs import new_job, payload_json
 from marketplace.notifications.models import DeliveryJobPayload
 from marketplace.notifications.sending import NOTIFICATIONS_QUEUE
+from marketplace.storage.repositories import events as events_repo
 from marketplace.storage.repositories import jobs as jobs_repo
 from marketplace.storage.repositories import leaderboard_boards
 from marketplace.storage.repositories import notification_deliveries as deliveries_repo
@@ -253,7 +254,10 @@ async def test_verifier_deliveries_and_consumer_lag(client: Any) -> None:
         await db.execute(
             "INSERT INTO events (type, subject, payload) VALUES ('test.event', 's', '{}')"
         )
-    newest = await db.fetchval("SELECT max(id) FROM events")
+    # Consumers' cursors are positions (docs/events.md): position what committed (the relay
+    # would, within milliseconds) and take the newest.
+    await events_repo.position_committed(db)
+    newest = await db.fetchval("SELECT last_position FROM event_positions")
     await leaderboard_boards.advance_consumer_cursor(db, newest - 3)
 
     page = await scrape(client)

@@ -116,7 +116,8 @@ def removal(i: int) -> NewEvent:
 
 
 async def produce(pool: asyncpg.Pool, transactions: int, per_transaction: int = 1) -> list[int]:
-    """Commit ``transactions`` transactions of ``per_transaction`` events; their ids."""
+    """Commit ``transactions`` transactions of ``per_transaction`` events, one after the other;
+    their ids, which are also their positions (they commit in id order)."""
     ids: list[int] = []
     for t in range(transactions):
         async with pool.acquire() as conn, conn.transaction():
@@ -125,7 +126,11 @@ async def produce(pool: asyncpg.Pool, transactions: int, per_transaction: int = 
 
 
 async def committed_ids(pool: asyncpg.Pool) -> list[int]:
-    return [row["id"] for row in await pool.fetch("SELECT id FROM events ORDER BY id")]
+    """The positions (what consumers see as ids) of every committed event, in order; committed
+    events nobody positioned yet are positioned first."""
+    await repo.position_committed(pool, wait=True)
+    rows = await pool.fetch("SELECT position FROM events WHERE position IS NOT NULL ORDER BY 1")
+    return [row["position"] for row in rows]
 
 
 async def stream_entries(

@@ -60,8 +60,11 @@ async def test_one_transaction_gets_consecutive_ids_in_the_given_order(
     assert [r.payload["forkBlock"] for r in rows] == list(range(50))
 
 
-async def test_a_second_producer_waits_until_the_first_commits(pool: asyncpg.Pool) -> None:
-    """What keeps id order equal to commit order: B cannot take an id while A's are open."""
+async def test_a_second_producer_does_not_wait_and_the_later_commit_gets_the_later_position(
+    pool: asyncpg.Pool,
+) -> None:
+    """Producers take no lock (issue 28): B appends and commits while A, which appended first,
+    is still open; a reader sees B alone, and A only after its commit, at a larger position."""
     a = await pool.acquire()
     b = await pool.acquire()
     try:
@@ -74,15 +77,16 @@ async def test_a_second_producer_waits_until_the_first_commits(pool: asyncpg.Poo
                 (id_b,) = await repo.append(b, [removal(2)])
             return id_b
 
-        task_b = asyncio.create_task(produce_b())
-        await asyncio.sleep(0.3)
-        assert not task_b.done()
-        # A reader sees neither: A has not committed and B has no id yet.
-        assert await committed_ids(pool) == []
-        await tx_a.commit()
-        id_b = await asyncio.wait_for(task_b, 5)
+        id_b = await asyncio.wait_for(produce_b(), 5)  # did not wait for A
         assert id_b > id_a
-        assert await committed_ids(pool) == [id_a, id_b]
+        (only_b,) = await committed_ids(pool)
+        (row_b,) = await repo.read_after(pool, 0, 10)
+        assert (row_b.id, row_b.payload["forkBlock"]) == (only_b, 2)
+        await tx_a.commit()
+        positions = await committed_ids(pool)
+        assert positions[0] == only_b and positions[1] > only_b
+        rows = await repo.read_after(pool, only_b, 10)
+        assert [(r.id, r.payload["forkBlock"]) for r in rows] == [(positions[1], 1)]
     finally:
         await pool.release(a)
         await pool.release(b)
@@ -96,7 +100,7 @@ async def race_producers(
     pool: asyncpg.Pool, producers: int, rounds: int, batch: Batch, observe: Observer
 ) -> None:
     """``producers`` concurrent producers, ``rounds`` transactions each: work of random length,
-    then the events ``batch`` makes (last, as producers must), and one in ten failing at
+    then the events ``batch`` makes, and one in ten failing at
     commit time (a hole); ``observe`` reads meanwhile until told that production is done."""
 
     async def produce(worker: int) -> None:
@@ -119,8 +123,8 @@ async def race_producers(
 async def test_concurrent_producers_never_show_a_smaller_id_after_a_larger_one(
     pool: asyncpg.Pool,
 ) -> None:
-    """A reader that only asks for ``id > last seen`` must end up with every committed id: any
-    id committed after a larger one was visible would be skipped for good."""
+    """A reader that only asks for ``position > last seen`` must end up with every committed
+    event: any event positioned after a larger position was visible would be skipped for good."""
     seen: list[int] = []
 
     async def observe(done: asyncio.Event) -> None:
@@ -208,9 +212,12 @@ async def test_a_consumer_of_some_types_misses_none_under_concurrent_producers(
         return [(removal if rng.random() < 0.2 else reorg)(n) for _ in range(3)]
 
     await race_producers(pool, 6, 25, batch, observe)
+    await committed_ids(pool)  # positions every committed event
     committed = [
-        row["id"]
-        for row in await pool.fetch("SELECT id FROM events WHERE type = $1 ORDER BY id", REMOVED[0])
+        row["position"]
+        for row in await pool.fetch(
+            "SELECT position FROM events WHERE type = $1 ORDER BY position", REMOVED[0]
+        )
     ]
     assert len(committed) > 10
     assert seen == committed
