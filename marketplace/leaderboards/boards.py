@@ -187,12 +187,12 @@ class BoardsConsumer(OutboxLeader):
         (0: none waiting). ``conn`` must hold the consumer lock (or be the only consumer)."""
         # Position what has committed before the transaction: inside it the positioning lock
         # would be held until this batch commits, holding back the relay and the stream.
-        await events_repo.position_committed(conn)
+        await events_repo.position_unless_relayed(conn)
         async with conn.transaction():
             await repo.take_write_lock(conn)
             cursor, _ = await repo.consumer_cursor(conn)
             rows, position = await events_repo.read_consumed(
-                conn, cursor, self.config.batch_size, CONSUMED_TYPES
+                conn, cursor, self.config.batch_size, CONSUMED_TYPES, position_first=False
             )
             if not rows:
                 if position > cursor:  # past other types' events, for good
@@ -205,7 +205,9 @@ class BoardsConsumer(OutboxLeader):
 
 
 async def consume_all(consumer: BoardsConsumer, conn: Connection) -> int:
-    """Consume batches until none is waiting (tests, tools); the number of events read."""
+    """Consume batches until none is waiting (tests, tools); the number of events read. Every
+    event committed before the call counts as waiting: it is positioned first, relay or not."""
+    await events_repo.position_committed(conn, wait=True)
     total = 0
     while count := await consumer.consume_batch(conn):
         total += count

@@ -145,11 +145,11 @@ class NotificationConsumer(OutboxLeader):
         (0: none waiting). ``conn`` must hold the consumer lock (or be the only consumer)."""
         # Position committed events first, outside the transaction, so that ``read_consumed``
         # does not hold the positioning lock across this batch (docs/events.md).
-        await events_repo.position_committed(conn)
+        await events_repo.position_unless_relayed(conn)
         async with conn.transaction():
             cursor = await repo.consumer_cursor(conn)
             rows, position = await events_repo.read_consumed(
-                conn, cursor, self.config.batch_size, CONSUMED_TYPES
+                conn, cursor, self.config.batch_size, CONSUMED_TYPES, position_first=False
             )
             if not rows:
                 if position > cursor:  # past other types' events, for good
@@ -221,7 +221,9 @@ class NotificationConsumer(OutboxLeader):
 
 
 async def consume_all(consumer: NotificationConsumer, conn: asyncpg.Connection) -> int:
-    """Consume batches until none is waiting (tests, tools); the number of events read."""
+    """Consume batches until none is waiting (tests, tools); the number of events read. Every
+    event committed before the call counts as waiting: it is positioned first, relay or not."""
+    await events_repo.position_committed(conn, wait=True)
     total = 0
     while count := await consumer.consume_batch(conn):
         total += count

@@ -85,13 +85,16 @@ _EVENT_COLUMNS = ", ".join(BidEventRow._fields)
 _BID_COLUMNS = ", ".join(BidRow._fields)
 
 # Many rows per statement (unnest); each row's arrays travel as array literals in text, since
-# unnest flattens nested arrays. A replayed batch logs the same (block, log index): nothing to add.
+# unnest flattens nested arrays, and numeric values as their decimal text (cheaper to encode than
+# asyncpg's binary numeric: repositories/indexer.py, before UPSERT_PROJECTS). A replayed batch
+# logs the same (block, log index): nothing to add.
 INSERT_EVENTS = f"""
 INSERT INTO bid_events ({_EVENT_COLUMNS})
 SELECT u.project_address, u.block_number, u.log_index, u.kind, u.bidder_address, u.block_time,
-       u.bid_hash, u.payouts::numeric[], u.durations_seconds::bigint[], u.total_payout, u.amount
+       u.bid_hash, u.payouts::numeric[], u.durations_seconds::bigint[], u.total_payout::numeric,
+       u.amount::numeric
 FROM unnest($1::text[], $2::bigint[], $3::int[], $4::text[], $5::text[], $6::timestamptz[],
-            $7::text[], $8::text[], $9::text[], $10::numeric[], $11::numeric[])
+            $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])
      AS u({_EVENT_COLUMNS})
 ON CONFLICT (project_address, block_number, log_index) DO NOTHING
 """
@@ -104,10 +107,10 @@ SELECT_BIDS = f"SELECT {_BID_COLUMNS} FROM bids WHERE project_address = any($1::
 UPSERT_BIDS = f"""
 INSERT INTO bids ({_BID_COLUMNS})
 SELECT u.project_address, u.bidder_address, u.status, u.bid_hash, u.payouts_usdc::numeric[],
-       u.durations_seconds::bigint[], u.total_payout_usdc, u.bond_usdc, u.posted_at,
-       u.updated_at, u.first_block, u.first_log_index, u.last_block, u.last_log_index
+       u.durations_seconds::bigint[], u.total_payout_usdc::numeric, u.bond_usdc::numeric,
+       u.posted_at, u.updated_at, u.first_block, u.first_log_index, u.last_block, u.last_log_index
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-            $7::numeric[], $8::numeric[], $9::timestamptz[], $10::timestamptz[], $11::bigint[],
+            $7::text[], $8::text[], $9::timestamptz[], $10::timestamptz[], $11::bigint[],
             $12::int[], $13::bigint[], $14::int[])
      AS u({_BID_COLUMNS})
 ON CONFLICT (project_address, bidder_address) DO UPDATE SET
@@ -211,17 +214,22 @@ def _array(values: Sequence[int] | None) -> str | None:
     return None if values is None else "{" + ",".join(map(str, values)) + "}"
 
 
-def _columns(rows_: Sequence[tuple[object, ...]], arrays: frozenset[int]) -> list[list[object]]:
-    """Column lists for unnest, with the array columns (by position) as literals."""
+def _columns(
+    rows_: Sequence[tuple[object, ...]], arrays: frozenset[int], numerics: frozenset[int]
+) -> list[list[object]]:
+    """Column lists for unnest, with the array columns (by position) as literals and the
+    numeric ones as text."""
     columns: list[list[object]] = [list(column) for column in zip(*rows_, strict=True)]
     for index in arrays:
         columns[index] = [_array(v) for v in columns[index]]  # type: ignore[arg-type]
+    for index in numerics:
+        columns[index] = [None if v is None else str(v) for v in columns[index]]
     return columns
 
 
 async def insert_events(conn: Conn, events: Sequence[BidEventRow]) -> None:
     if events:
-        await conn.execute(INSERT_EVENTS, *_columns(events, frozenset({7, 8})))
+        await conn.execute(INSERT_EVENTS, *_columns(events, frozenset({7, 8}), frozenset({9, 10})))
 
 
 async def events_of(conn: Conn, projects: Iterable[str]) -> list[BidEventRow]:
@@ -284,7 +292,7 @@ async def replace_bids(
     if deletions:
         await conn.execute(DELETE_BIDS, [p for p, _ in deletions], [b for _, b in deletions])
     if upserts:
-        await conn.execute(UPSERT_BIDS, *_columns(upserts, frozenset({4, 5})))
+        await conn.execute(UPSERT_BIDS, *_columns(upserts, frozenset({4, 5}), frozenset({6, 7})))
 
 
 async def delete_events_after(conn: Conn, chain_id: int, block: int) -> set[str]:

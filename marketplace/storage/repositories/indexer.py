@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from decimal import Decimal
@@ -98,18 +99,27 @@ _PROJECT_TYPES = {
     "dispute_verdict_submitted_at": "bigint",
     "created_at": "timestamptz",
 }
-# allowlist is text[] per row: each passed as JSON text, since unnest flattens nested arrays.
+# Many rows per statement: one array per column, unnested. How the values travel is the cheapest
+# exact way measured (bench/README.md, "Issue 28", "after the upsert change"): binary arrays,
+# except ``numeric`` columns, sent as the numbers' decimal text (asyncpg's binary numeric encoder
+# builds a Decimal and its digit tuple for each value: five times the cost of ``str``) and cast
+# in SQL, and the allowlist (text[] per row; unnest flattens nested arrays), sent as JSON text.
 _UNNESTED = [c for c in _PROJECT_COLUMNS if c != "allowlist"]
+_NUMERIC_NAMES = {c for c, t in _PROJECT_TYPES.items() if t == "numeric"}
+_NUMERIC = [i for i, c in enumerate(_UNNESTED) if c in _NUMERIC_NAMES]
+_SENT_TYPES = {c: "text" if t == "numeric" else t for c, t in _PROJECT_TYPES.items()}
 _UPDATABLE = [c for c in _PROJECT_COLUMNS if c not in ("project_address", "created_at")]
+_project_values = operator.attrgetter(*_UNNESTED, "allowlist")
+_milestone_values = operator.attrgetter(*_MILESTONE_COLUMNS)
 
 UPSERT_PROJECTS = f"""
 INSERT INTO projects ({", ".join(_UNNESTED)}, allowlist, chain_id, created_block, created_log_index,
                       updated_at, snapshot_block)
-SELECT {", ".join("u." + c for c in _UNNESTED)},
+SELECT {", ".join(f"u.{c}::numeric" if c in _NUMERIC_NAMES else f"u.{c}" for c in _UNNESTED)},
        ARRAY(SELECT jsonb_array_elements_text(u.allowlist::jsonb)),
        $%(chain)d, u.created_block, u.created_log_index, $%(updated)d, $%(block)d
 FROM unnest({
-    ", ".join(f"${i + 1}::{_PROJECT_TYPES.get(c, 'text')}[]" for i, c in enumerate(_UNNESTED))
+    ", ".join(f"${i + 1}::{_SENT_TYPES.get(c, 'text')}[]" for i, c in enumerate(_UNNESTED))
 },
             ${len(_UNNESTED) + 1}::text[], ${len(_UNNESTED) + 2}::bigint[],
             ${len(_UNNESTED) + 3}::int[])
@@ -129,9 +139,14 @@ UPSERT_MILESTONES = """
 INSERT INTO milestones (project_address, milestone_index, status, payout_usdc, deadline_at,
                         submitted_at, approved_at, resolved_at, delivery_ref_hash,
                         latest_evidence_hash, attested_on_chain)
-SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::numeric[], $5::timestamptz[],
-                     $6::timestamptz[], $7::timestamptz[], $8::timestamptz[], $9::text[],
-                     $10::text[], $11::bool[])
+SELECT u.project_address, u.milestone_index, u.status, u.payout_usdc::numeric, u.deadline_at,
+       u.submitted_at, u.approved_at, u.resolved_at, u.delivery_ref_hash, u.latest_evidence_hash,
+       u.attested_on_chain
+FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::timestamptz[],
+            $6::timestamptz[], $7::timestamptz[], $8::timestamptz[], $9::text[],
+            $10::text[], $11::bool[])
+     AS u(project_address, milestone_index, status, payout_usdc, deadline_at, submitted_at,
+          approved_at, resolved_at, delivery_ref_hash, latest_evidence_hash, attested_on_chain)
 ON CONFLICT (project_address, milestone_index) DO UPDATE SET
     status = EXCLUDED.status, payout_usdc = EXCLUDED.payout_usdc,
     deadline_at = EXCLUDED.deadline_at, submitted_at = EXCLUDED.submitted_at,
@@ -256,36 +271,35 @@ async def upsert_snapshots(
     """
     if not snapshots:
         return set()
-    columns: dict[str, list[Any]] = {c: [] for c in _UNNESTED}
-    allowlists: list[str] = []
-    created_blocks: list[int] = []
-    created_logs: list[int] = []
-    for project, _, creation in snapshots:
-        for column in _UNNESTED:
-            columns[column].append(getattr(project, column))
-        allowlists.append(json.dumps(project.allowlist))
-        created_blocks.append(creation.block_number)
-        created_logs.append(creation.log_index)
+    # Rows to columns in C (attrgetter, zip): no Python statement per value.
+    projects = [_project_values(project) for project, _, _ in snapshots]
+    *columns, allowlists = (list(column) for column in zip(*projects, strict=True))
+    for i in _NUMERIC:
+        columns[i] = _numbers_as_text(columns[i])
     written_rows = await conn.fetch(
         UPSERT_PROJECTS,
-        *columns.values(),
-        allowlists,
-        created_blocks,
-        created_logs,
+        *columns,
+        list(map(json.dumps, allowlists)),
+        [creation.block_number for _, _, creation in snapshots],
+        [creation.log_index for _, _, creation in snapshots],
         chain_id,
         block_time,
         block,
     )
     written = {row["project_address"] for row in written_rows}
-    milestone_columns: list[list[Any]] = [[] for _ in range(11)]
-    for project, milestones, _ in snapshots:
-        if project.project_address not in written:
-            continue
-        for m in milestones:
-            # Field by field: dataclasses.astuple deep-copies every value (all immutable here).
-            values = [getattr(m, name) for name in _MILESTONE_COLUMNS]
-            for values_of_column, value in zip(milestone_columns, values, strict=True):
-                values_of_column.append(value)
-    if milestone_columns[0]:
+    rows = [
+        _milestone_values(m)
+        for project, milestones, _ in snapshots
+        if project.project_address in written
+        for m in milestones
+    ]
+    if rows:
+        milestone_columns = [list(c) for c in zip(*rows, strict=True)]
+        milestone_columns[3] = _numbers_as_text(milestone_columns[3])  # payout_usdc
         await conn.execute(UPSERT_MILESTONES, *milestone_columns)
     return written
+
+
+def _numbers_as_text(values: list[Any]) -> list[str | None]:
+    """A ``numeric`` column's values (int or Decimal) as their exact decimal text."""
+    return [None if v is None else str(v) for v in values]
