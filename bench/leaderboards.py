@@ -364,12 +364,15 @@ async def caught_up(dsn: str, within: float) -> float | None:
     """Seconds until the boards consumer has applied the last consumed event (None: not in
     ``within``)."""
     from marketplace.leaderboards.boards import CONSUMED_TYPES
+    from marketplace.storage.repositories import events as events_repo
 
     started = time.perf_counter()
     conn = await asyncpg.connect(dsn)
     try:
+        # Cursors are positions (docs/events.md): position what committed, then take the newest.
+        await events_repo.position_committed(conn, wait=True)
         last = await conn.fetchval(
-            "SELECT coalesce(max(id), 0) FROM events WHERE type = any($1::text[])",
+            "SELECT coalesce(max(position), 0) FROM events WHERE type = any($1::text[])",
             list(CONSUMED_TYPES),
         )
         while time.perf_counter() - started < within:

@@ -159,12 +159,21 @@ async def produce_paced(pool: asyncpg.Pool, dms: list[Dm], rate: float) -> None:
 
 
 async def last_event_id(conn: Connection) -> int:
-    return int(await conn.fetchval("SELECT coalesce(max(id), 0) FROM events"))
+    """The newest event position (what consumers and deliveries call an event's id), once every
+    event committed before the call has one (docs/events.md)."""
+    from marketplace.storage.repositories import events as events_repo
+
+    return await events_repo.last_id(conn)
 
 
 async def wait_final(conn: Connection, after: int, upto: int, within: float) -> int:
     """Wait until every delivery of the events in ``(after, upto]`` is final; how many are."""
-    expected = upto - after
+    # Positions are not contiguous (they jump where commits came out of insertion order).
+    expected = int(
+        await conn.fetchval(
+            "SELECT count(*) FROM events WHERE position > $1 AND position <= $2", after, upto
+        )
+    )
     deadline = time.monotonic() + within
     while True:
         done = int(
@@ -185,8 +194,8 @@ DELIVERIES = """
 SELECT d.status, d.reason, d.last_error, d.attempts,
        extract(epoch FROM e.created_at)::float8 AS created,
        extract(epoch FROM d.sent_at)::float8 AS sent
-FROM events e LEFT JOIN notification_deliveries d ON d.event_id = e.id
-WHERE e.id > $1 AND e.id <= $2
+FROM events e LEFT JOIN notification_deliveries d ON d.event_id = e.position
+WHERE e.position > $1 AND e.position <= $2
 """
 
 
