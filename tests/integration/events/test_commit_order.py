@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from marketplace.events.types import Event, NewEvent, ProjectRemovedPayload
+from marketplace.events.types import Event, NewEvent, ProjectRemoved, ProjectRemovedPayload
 from marketplace.outbox.consumer import EventStream, event_from_row
 from marketplace.storage.repositories import events as repo
 from tests.conftest import Servers
@@ -43,7 +43,7 @@ def event(key: int, index: int) -> NewEvent:
 
 
 def origin(e: Event) -> tuple[int, int]:
-    assert isinstance(e.payload, ProjectRemovedPayload) and e.payload.forkBlock is not None
+    assert isinstance(e, ProjectRemoved) and e.payload.forkBlock is not None
     return divmod(e.payload.forkBlock, 100)
 
 

@@ -195,10 +195,9 @@ async def history(chain: Chain, engine: IndexerEngine) -> list[str]:
     chain.ok(a.worker, cancelled.functions.submitChallengeSubmission(h("c1")))
     chain.ok(a.owner, cancelled.functions.cancelBeforeSelection())
     await step(cancelled)
-    windows = {"submission_window": DAY, "response_window": DAY}
-    selecting = chain.create_challenge(**windows)
-    signed = chain.create_challenge(**windows)
-    unsigned = chain.create_challenge(**windows)
+    selecting = chain.create_challenge(submission_window=DAY, response_window=DAY)
+    signed = chain.create_challenge(submission_window=DAY, response_window=DAY)
+    unsigned = chain.create_challenge(submission_window=DAY, response_window=DAY)
     for project in (selecting, signed, unsigned):
         chain.ok(a.worker, project.functions.submitChallengeSubmission(h("s1")))
         chain.ok(a.bidder2, project.functions.submitChallengeSubmission(h("s2")))

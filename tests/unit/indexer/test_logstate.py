@@ -15,6 +15,7 @@ from eth_abi import encode
 
 from marketplace.chain.abi import ContractAbi, abi_type
 from marketplace.chain.loghex import HexEvent
+from marketplace.chain.rpc import RpcLog
 from marketplace.events.types import (
     BidChanges,
     MilestoneChanges,
@@ -46,7 +47,7 @@ def value_of(kind: str, rng: random.Random) -> Any:
     return rng.choice([0, 1, 2**bits - 1, rng.getrandbits(bits)])
 
 
-def make_log(abi: ContractAbi, name: str, rng: random.Random, **fixed: Any) -> dict[str, Any]:
+def make_log(abi: ContractAbi, name: str, rng: random.Random, **fixed: Any) -> RpcLog:
     event = abi.events[name]
     topics = [event.topic0]
     plain_types, plain_values = [], []
@@ -63,7 +64,9 @@ def make_log(abi: ContractAbi, name: str, rng: random.Random, **fixed: Any) -> d
         "topics": topics,
         "data": "0x" + encode(plain_types, plain_values).hex(),
         "blockNumber": "0x10",
+        "blockHash": "0x" + "ab" * 32,
         "logIndex": "0x1",
+        "transactionIndex": "0x0",
         "transactionHash": fixed.get("tx", "0x" + "cd" * 32),
     }
 
@@ -103,9 +106,9 @@ def test_project_created_is_read_in_place() -> None:
     entry["blockNumber"], entry["logIndex"] = "0x2a", "0x7"
     args = REGISTRY_ABI.events["ProjectCreated"].decode_log(entry, checksum_addresses=False)
     assert engine._creation(entry) == ProjectCreation(
-        project_address=args["project"],
-        owner_address=args["owner"],
-        config_hash=args["configHash"],
+        project_address=str(args["project"]),
+        owner_address=str(args["owner"]),
+        config_hash=str(args["configHash"]),
         block_number=42,
         log_index=7,
     )
