@@ -5,6 +5,10 @@ Apps in tests start no `verifier` workers (tests/conftest.py `make_settings`), s
 run jobs start a :class:`JobWorker` of the `verifier` queue in their own event loop, with the
 settings they choose (a closed RPC port for transient failures, tiny backoffs). The worker records
 the test process's Ray node as where the attempt ran (it is no actor: ``actorName`` is empty).
+
+A policy executor (a Ray actor) takes a second or two to start, so this package's tests share
+them (:class:`Executors`): one per distinct :class:`PolicySettings`, reused while the settings
+are equal. Callers elsewhere (tests/integration/verifier) get a fresh executor per worker.
 """
 
 from __future__ import annotations
@@ -93,12 +97,14 @@ def chain(devnet: Devnet) -> Chain:
     return Chain(web3_for(devnet.rpc_url), devnet.deployment)
 
 
-def closed_port_url() -> str:
-    """An RPC URL nobody listens on (the port was free a moment ago)."""
+@pytest.fixture(scope="package")
+def closed_rpc_url() -> Iterator[str]:
+    """An RPC URL nobody listens on, the same for the whole package (so the executors of the
+    tests that use it have equal settings and are shared): the port stays bound, never
+    listening, so connections are refused and nothing else can take it meanwhile."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 def verifier_overrides(devnet: Devnet, **extra: Any) -> dict[str, Any]:
@@ -138,13 +144,76 @@ class LongestBackoff(random.Random):
         return b
 
 
+class Executors:
+    """Policy executors shared by a package's tests: one per distinct :class:`PolicySettings`
+    (an executor's settings are fixed at creation, so only equal settings share one), each at
+    its own worker index in its namespace, started on first use and killed when the package
+    ends.
+
+    Sharing carries no state between tests: an executor holds only its settings and index;
+    each run gets a fresh work dir, removed on every path (marketplace/actors/
+    verifier_executor.py). An executor that is gone or was replaced (a test that kills one
+    starts its own with :func:`start_executor`) is started again."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, PolicySettings], tuple[int, Any]] = {}
+
+    def executor(self, settings: Settings) -> tuple[int, Any]:
+        """The worker index and handle of a running executor with ``settings``' policy
+        settings (in ``settings.ray_namespace``)."""
+        namespace = settings.ray_namespace
+        key = (namespace, PolicySettings.from_settings(settings))
+        held = self._held.get(key)
+        if held is not None and _is_running(held[1], executor_spec(held[0]).name, namespace):
+            return held
+        if held is not None:
+            index = held[0]
+        else:
+            used = {i for (ns, _), (i, _) in self._held.items() if ns == namespace}
+            index = min(set(range(len(used) + 1)) - used)
+        self._held[key] = (index, start_executor(settings, index))
+        return self._held[key]
+
+    def close(self) -> None:
+        for _, handle in self._held.values():
+            ray.kill(handle, no_restart=True)
+        for (namespace, _), (index, _) in self._held.items():
+            wait_gone(executor_spec(index).name, namespace)
+        self._held.clear()
+
+
+def _is_running(handle: Any, name: str, namespace: str) -> bool:
+    try:
+        current = ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        return False
+    return bool(current._actor_id == handle._actor_id)
+
+
+@pytest.fixture(scope="package")
+def executors(ray_cluster: None) -> Iterator[Executors]:
+    shared = Executors()
+    try:
+        yield shared
+    finally:
+        shared.close()
+
+
 @contextlib.asynccontextmanager
 async def verifier_worker(
-    settings: Settings, *, rng: random.Random | None = None
+    settings: Settings,
+    *,
+    rng: random.Random | None = None,
+    executors: Executors | None = None,
 ) -> AsyncIterator[JobWorker]:
     """A `verifier` queue worker in the test's loop, with ``settings``, and its policy executor
-    (a real Ray actor given only the policy settings, as in production)."""
-    executor = start_executor(settings)
+    (a real Ray actor given only the policy settings, as in production): one of ``executors``
+    with these policy settings (left running for the next test), else a fresh one (killed on
+    exit)."""
+    if executors is not None:
+        index, executor = executors.executor(settings)
+    else:
+        index, executor = 0, start_executor(settings)
     pool = await create_pool(settings.database_url, min_size=1, max_size=4)
     worker = JobWorker(
         VERIFIER_QUEUE,
@@ -153,6 +222,7 @@ async def verifier_worker(
         owner=f"test-verifier-{uuid.uuid4().hex[:8]}",
         rng=rng,
         location=location(),
+        index=index,
     )
     task = asyncio.create_task(worker.run())
     try:
@@ -162,7 +232,8 @@ async def verifier_worker(
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await pool.close()
-        ray.kill(executor, no_restart=True)
+        if executors is None:
+            ray.kill(executor, no_restart=True)
 
 
 def start_executor(settings: Settings, index: int = 0) -> Any:

@@ -28,8 +28,8 @@ from tests.api.verifier.conftest import (
     JOBS,
     SIGNER,
     Devnet,
+    Executors,
     LongestBackoff,
-    closed_port_url,
     create_job,
     disputed_with_parties,
     error_code,
@@ -99,6 +99,7 @@ async def test_jobs_complete_with_evidence_attestation_and_milestone_read_model(
     devnet: Devnet,
     chain: Chain,
     worker_settings: Callable[..., Settings],
+    executors: Executors,
 ) -> None:
     registry = devnet.deployment.registry
     empty_ref = random_address()
@@ -117,7 +118,7 @@ async def test_jobs_complete_with_evidence_attestation_and_milestone_read_model(
         job_body(project, milestoneIndex=1, deliveryRef=registry, nonce=7, deadline=deadline),
     )
     before = devnet.latest_block_time()
-    async with verifier_worker(worker_settings()):
+    async with verifier_worker(worker_settings(), executors=executors):
         passed = await wait_status(vclient, worker.headers, live["jobId"], "completed", "failed")
         dead = await create_job(
             vclient, owner.headers, job_body(other, milestoneIndex=1, deliveryRef=empty_ref)
@@ -174,6 +175,7 @@ async def test_reads_evidence_raw_evidence_and_retention(
     devnet: Devnet,
     chain: Chain,
     worker_settings: Callable[..., Settings],
+    executors: Executors,
 ) -> None:
     project, owner, worker = await disputed_with_parties(
         vclient, db, chain, devnet.deployment.registry
@@ -200,7 +202,7 @@ async def test_reads_evidence_raw_evidence_and_retention(
         "retentionExpiresAt": None,
     }
 
-    async with verifier_worker(worker_settings()):
+    async with verifier_worker(worker_settings(), executors=executors):
         done = await wait_status(vclient, creator.headers, job_id, "completed", "failed")
     assert done["status"] == "completed" and done["result"]["passes"] is True
 
@@ -329,6 +331,8 @@ async def test_transient_failure_is_retried_then_completes(
     worker_settings: Callable[..., Settings],
     devnet: Devnet,
     chain: Chain,
+    executors: Executors,
+    closed_rpc_url: str,
 ) -> None:
     project, owner, _ = await disputed_with_parties(vclient, db, chain, devnet.deployment.registry)
     job_id = (
@@ -338,11 +342,11 @@ async def test_transient_failure_is_retried_then_completes(
     )["jobId"]
     # The chain is unreachable: the attempt fails, and the job waits for its retry (60 s).
     unreachable = worker_settings(
-        chain_rpc_url=closed_port_url(),
+        chain_rpc_url=closed_rpc_url,
         jobs_backoff_base_seconds=60.0,
         jobs_backoff_cap_seconds=60.0,
     )
-    async with verifier_worker(unreachable, rng=LongestBackoff()):
+    async with verifier_worker(unreachable, rng=LongestBackoff(), executors=executors):
         retrying = await eventually_value(
             lambda: get_job(vclient, owner.headers, job_id),
             until=lambda job: job["attemptCount"] == 1 and job["status"] == "queued",
@@ -363,7 +367,7 @@ async def test_transient_failure_is_retried_then_completes(
         uuid.UUID(job_id),
     )
     # The chain is back: the next attempt completes.
-    async with verifier_worker(worker_settings()):
+    async with verifier_worker(worker_settings(), executors=executors):
         done = await wait_status(vclient, owner.headers, job_id, "completed", "failed")
     assert done["status"] == "completed", done
     assert (done["attemptCount"], done["error"], done["nextAttemptAt"]) == (2, None, None)
@@ -385,6 +389,7 @@ async def test_http_503_is_retried_and_the_image_then_passes(
     aiohttp_server: Any,
     chain: Chain,
     worker_settings: Callable[..., Settings],
+    executors: Executors,
 ) -> None:
     """`screenshot-ref` against a local HTTP server (private hosts allowed in tests) that is
     unavailable once, then serves a PNG."""
@@ -410,7 +415,7 @@ async def test_http_503_is_retried_and_the_image_then_passes(
             job_body(project, checkPolicyId="screenshot-ref", deliveryRef=url),
         )
     )["jobId"]
-    async with verifier_worker(worker_settings()):
+    async with verifier_worker(worker_settings(), executors=executors):
         done = await wait_status(vclient, owner.headers, job_id, "completed", "failed")
     assert done["status"] == "completed", done
     assert done["attemptCount"] == 2 and len(hits) == 2
@@ -427,6 +432,8 @@ async def test_exhausted_retries_fail_the_job(
     worker_settings: Callable[..., Settings],
     devnet: Devnet,
     chain: Chain,
+    executors: Executors,
+    closed_rpc_url: str,
 ) -> None:
     from tests.api.verifier.conftest import verifier_overrides
 
@@ -436,8 +443,8 @@ async def test_exhausted_retries_fail_the_job(
     accepted = await create_job(client, owner.headers, job_body(project, deliveryRef=ref))
     assert accepted["maxAttempts"] == 2
     job_id = accepted["jobId"]
-    unreachable = worker_settings(chain_rpc_url=closed_port_url(), verifier_max_attempts=2)
-    async with verifier_worker(unreachable):
+    unreachable = worker_settings(chain_rpc_url=closed_rpc_url, verifier_max_attempts=2)
+    async with verifier_worker(unreachable, executors=executors):
         failed = await wait_status(client, owner.headers, job_id, "completed", "failed")
     assert failed["status"] == "failed", failed
     assert (failed["attemptCount"], failed["maxAttempts"]) == (2, 2)
@@ -473,6 +480,7 @@ async def test_a_job_whose_worker_died_on_its_last_attempt_reads_failed(
     worker_settings: Callable[..., Settings],
     devnet: Devnet,
     chain: Chain,
+    executors: Executors,
 ) -> None:
     """The kill path: the last attempt's worker died, so nothing of the handler ran to the end;
     the reaper fails the queue job, and the record (whose state is its job's) reads failed with
@@ -491,7 +499,7 @@ async def test_a_job_whose_worker_died_on_its_last_attempt_reads_failed(
     )
     running = await get_job(vclient, owner.headers, job_id)
     assert running["status"] == "running"
-    async with verifier_worker(worker_settings()):
+    async with verifier_worker(worker_settings(), executors=executors):
         failed = await wait_status(vclient, owner.headers, job_id, "completed", "failed")
     assert failed["status"] == "failed", failed
     assert failed["error"] == "lease expired during the last attempt (its worker died or hung)"
@@ -507,6 +515,8 @@ async def test_one_verdict_per_dispute_and_a_new_job_only_after_a_failed_one(
     devnet: Devnet,
     chain: Chain,
     worker_settings: Callable[..., Settings],
+    executors: Executors,
+    closed_rpc_url: str,
 ) -> None:
     """One verdict per dispute: while the dispute's job is queued or completed, a request for
     the dispute (by any party, with any nonce) answers 200 with that job and its own request;
@@ -539,7 +549,7 @@ async def test_one_verdict_per_dispute_and_a_new_job_only_after_a_failed_one(
     assert await db.fetchval("SELECT count(*) FROM verifier_jobs") == 1
 
     # The chain unreachable: the job fails after its attempts, without a verdict.
-    async with verifier_worker(worker_settings(chain_rpc_url=closed_port_url())):
+    async with verifier_worker(worker_settings(chain_rpc_url=closed_rpc_url), executors=executors):
         failed = await wait_status(vclient, owner.headers, first["jobId"], "completed", "failed")
     assert failed["status"] == "failed", failed
     assert failed["attemptCount"] == failed["maxAttempts"] == 3
@@ -548,7 +558,7 @@ async def test_one_verdict_per_dispute_and_a_new_job_only_after_a_failed_one(
     # Only now may a new job judge the dispute.
     second = await create_job(vclient, worker.headers, body)
     assert second["jobId"] != first["jobId"]
-    async with verifier_worker(worker_settings()):
+    async with verifier_worker(worker_settings(), executors=executors):
         done = await wait_status(vclient, worker.headers, second["jobId"], "completed")
     shown = await milestone()
     assert (shown["latestVerifierJobId"], shown["latestVerifierPasses"]) == (second["jobId"], True)
@@ -566,6 +576,7 @@ async def test_a_requested_nonce_the_registry_already_used_fails_at_once(
     db: asyncpg.Connection,
     devnet: Devnet,
     worker_settings: Callable[..., Settings],
+    executors: Executors,
 ) -> None:
     """A verdict attested on chain consumes its nonce for the signer: a job requesting that
     nonce could never be relayed, so it fails on its first attempt (no retries, no signature)."""
@@ -586,7 +597,7 @@ async def test_a_requested_nonce_the_registry_already_used_fails_at_once(
                 job_body(project, deliveryRef=devnet.deployment.registry, nonce=used["nonce"]),
             )
         )["jobId"]
-        async with verifier_worker(worker_settings()):
+        async with verifier_worker(worker_settings(), executors=executors):
             failed = await wait_status(vclient, owner.headers, job_id, "completed", "failed")
     assert failed["status"] == "failed", failed
     assert (failed["attemptCount"], failed["maxAttempts"]) == (1, 3)

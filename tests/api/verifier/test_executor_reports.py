@@ -9,21 +9,20 @@ from collections.abc import Callable
 from typing import Any
 
 import asyncpg
-import ray
 
 from marketplace.config import Settings
 from marketplace.http import keys
 from marketplace.http.routes.verifier import _follow_reports
-from marketplace.verifier.execution import ExecutorReport
+from marketplace.verifier.execution import ExecutorReport, executor_name
 from marketplace.verifier.policies import available_policies
 from marketplace.verifier.policy import PolicyId
 from marketplace.verifier.sandbox import sandbox_unavailable_reason
 from tests.api.verifier.conftest import (
     Devnet,
+    Executors,
     disputed_with_parties,
     error_code,
     job_body,
-    start_executor,
 )
 from tests.contracts.helpers import Chain
 
@@ -40,12 +39,12 @@ def test_reports_combine_to_what_every_executor_can_run() -> None:
 
 
 async def test_the_frontend_offers_what_a_real_executor_reports(
-    vclient: Any, worker_settings: Callable[..., Settings]
+    vclient: Any, worker_settings: Callable[..., Settings], executors: Executors
 ) -> None:
     settings = worker_settings()
-    executor = start_executor(settings)
+    index, executor = executors.executor(settings)
     app = vclient.server.app
-    task = asyncio.create_task(_follow_reports(app, [("verifier-executor-0", executor)]))
+    task = asyncio.create_task(_follow_reports(app, [(executor_name(index), executor)]))
     try:
         reports = app[keys.VERIFIER_POLICIES]
         for _ in range(400):
@@ -57,7 +56,6 @@ async def test_the_frontend_offers_what_a_real_executor_reports(
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        ray.kill(executor, no_restart=True)
     # The executor runs on this machine: it sees what this process sees.
     assert list(report.available) == available_policies(settings)
     assert report.sandbox_unavailable == sandbox_unavailable_reason()

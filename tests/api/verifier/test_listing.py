@@ -16,6 +16,7 @@ from marketplace.config import Settings
 from marketplace.identity.permissions import set_flags
 from tests.api.verifier.conftest import (
     JOBS,
+    Executors,
     Party,
     create_job,
     disputed_with_parties,
@@ -118,6 +119,7 @@ async def test_filters(
     db: asyncpg.Connection,
     chain: Chain,
     worker_settings: Callable[..., Settings],
+    executors: Executors,
 ) -> None:
     ref_a0, ref_a1, ref_b1 = random_address(), random_address(), random_address()
     project_a, owner, worker = await disputed_with_parties(vclient, db, chain, ref_a0)
@@ -150,7 +152,7 @@ async def test_filters(
         "WHERE id IN (SELECT job_id FROM verifier_jobs WHERE id <> $1::uuid)",
         b1,
     )
-    async with verifier_worker(worker_settings()):
+    async with verifier_worker(worker_settings(), executors=executors):
         done = await wait_status(vclient, owner.headers, b1, "completed")
     resp = await vclient.get(JOBS, headers=owner.headers)
     assert (await resp.json())["items"][0] == done, done

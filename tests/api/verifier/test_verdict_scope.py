@@ -21,7 +21,7 @@ from tests.api.verifier.conftest import (
     JOBS,
     AppFactory,
     Devnet,
-    closed_port_url,
+    Executors,
     create_job,
     disputed_with_parties,
     error_code,
@@ -146,6 +146,8 @@ async def test_one_verdict_per_dispute_whoever_asks(
     chain: Chain,
     devnet: Devnet,
     worker_settings: Callable[..., Settings],
+    executors: Executors,
+    closed_rpc_url: str,
 ) -> None:
     """A second request for the same dispute, by the other party, a verifier admin, or with
     another policy-conforming body, answers 200 with the first job; only a failed job lets a
@@ -168,12 +170,12 @@ async def test_one_verdict_per_dispute_whoever_asks(
 
     # The job fails (the worker cannot reach the chain; one attempt allowed): a new request
     # then creates a new job, which completes.
-    async with verifier_worker(worker_settings(chain_rpc_url=closed_port_url())):
+    async with verifier_worker(worker_settings(chain_rpc_url=closed_rpc_url), executors=executors):
         failed = await wait_status(client, owner.headers, first["jobId"], "failed", within=60)
     assert failed["result"] is None and failed["error"]
     second = await create_job(client, owner.headers, job_body(project, deliveryRef=ref))
     assert second["jobId"] != first["jobId"]
-    async with verifier_worker(worker_settings()):
+    async with verifier_worker(worker_settings(), executors=executors):
         done = await wait_status(client, owner.headers, second["jobId"], "completed", "failed")
     assert done["status"] == "completed", done
     resp = await client.get(f"/v1/projects/{project}/milestones", headers=owner.headers)
@@ -192,13 +194,14 @@ async def test_a_dispute_that_moved_on_before_signing_gets_no_signature(
     chain: Chain,
     devnet: Devnet,
     worker_settings: Callable[..., Settings],
+    executors: Executors,
 ) -> None:
     ref = devnet.deployment.registry
     project, owner, worker = await disputed_with_parties(vclient, db, chain, ref)
     job = await create_job(vclient, worker.headers, job_body(project, deliveryRef=ref))
     # Someone else's verdict lands first: the dispute leaves phase challenged.
     chain.attest(chain.project(project), 0, False)
-    async with verifier_worker(worker_settings()):
+    async with verifier_worker(worker_settings(), executors=executors):
         failed = await wait_status(vclient, owner.headers, job["jobId"], "completed", "failed")
     assert failed["status"] == "failed", failed
     assert failed["result"] is None
@@ -215,6 +218,7 @@ async def test_the_replayed_attack_leaves_one_signature_and_it_is_the_agreed_one
     chain: Chain,
     devnet: Devnet,
     worker_settings: Callable[..., Settings],
+    executors: Executors,
 ) -> None:
     """The worker submitted the registry's address, the owner disputed, the owner's policy is
     address-smoke. Whatever the parties ask for, exactly one attestation exists for this
@@ -234,7 +238,7 @@ async def test_the_replayed_attack_leaves_one_signature_and_it_is_the_agreed_one
     accepted = await create_job(vclient, worker.headers, job_body(project, deliveryRef=ref))
     resp = await post_job(vclient, owner.headers, job_body(project, deliveryRef=ref))
     assert resp.status == 200 and (await resp.json())["jobId"] == accepted["jobId"]
-    async with verifier_worker(worker_settings()):
+    async with verifier_worker(worker_settings(), executors=executors):
         done = await wait_status(vclient, owner.headers, accepted["jobId"], "completed", "failed")
     assert done["status"] == "completed", done
     attestations = await db.fetch(
