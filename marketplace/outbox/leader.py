@@ -4,8 +4,9 @@ The event relay and the notifications consumer follow the outbox the same way: e
 every frontend, exactly one is active (a session-level advisory lock held on a dedicated
 connection, released when that connection closes, so a dead frontend's lock goes with it), the
 others stand by and try again now and then; the active one works whenever a commit NOTIFYs
-``events.WAKE_CHANNEL`` (a positioner that positioned events, or a producer that found the relay
-asleep) or its poll interval passes; a failure closes the connection (and the lock) and the loop
+one of its ``wake_channels`` (``events.WAKE_CHANNEL``: a positioner that positioned events; the
+relay also ``events.RELAY_WAKE_CHANNEL``: a producer that found it asleep) or its poll interval
+passes; a failure closes the connection (and the lock) and the loop
 starts over after a backoff. Subclasses say which lock, what one
 round of work is, and what to do between rounds.
 """
@@ -34,6 +35,8 @@ class OutboxLeader(abc.ABC):
 
     # Names the role in logs and in pg_stat_activity ("marketplace <role> <host>:<pid>").
     role: str = "outbox follower"
+    # What wakes it (LISTEN): positioners' NOTIFYs; the relay adds the producers' channel.
+    wake_channels: tuple[str, ...] = (events_repo.WAKE_CHANNEL,)
 
     def __init__(
         self, dsn: str, *, poll_interval: float, standby_interval: float, log: logging.Logger
@@ -112,7 +115,8 @@ class OutboxLeader(abc.ABC):
             def on_notify(*_: Any) -> None:
                 wake.set()
 
-            await conn.add_listener(events_repo.WAKE_CHANNEL, on_notify)
+            for channel in self.wake_channels:
+                await conn.add_listener(channel, on_notify)
             while True:
                 # Cleared before the round: a commit notified during it still wakes the wait.
                 wake.clear()

@@ -7,18 +7,22 @@ the others retry the lock every ``standby_interval`` and take over within that t
 active relay's connection closes (process exit, crash, or a dead network connection noticed by
 the server).
 
-Each round, the active relay first positions committed events (``events.position_committed``:
-producers insert without any lock, and a position is what orders them, docs/events.md), then
-reads ``position > cursor ORDER BY position LIMIT n``, sends one ``XADD <stream> MAXLEN ~
-<maxlen> <position>-0 type .. subject .. payload .. createdAt ..`` per event in one pipeline, and
-advances the cursor in ``event_relay_cursor``.
+Each round, the active relay first positions committed events (``events.position_for_relay``:
+producers insert without any lock, and a position is what orders them, docs/events.md; the same
+round trip gives back the idle key below), then reads its cursor and ``position > cursor ORDER
+BY position LIMIT n`` in one statement, sends one ``XADD <stream> MAXLEN ~ <maxlen> <position>-0
+type .. subject .. payload .. createdAt ..`` per event in one pipeline, and advances the cursor
+in ``event_relay_cursor``. After a batch of more than one event (and less than ``n``) it lets
+the next one gather for ``batch_interval``; after a single event it goes straight to its wait.
 
 Waking up: producers do not NOTIFY on every commit (PostgreSQL serialises notifying commits).
 Before it sleeps, the relay takes ``RELAY_IDLE_KEY`` (session, exclusive); every producing
-statement tries to take it shared, holding it to its commit, and NOTIFYs only when it cannot
-(the relay sleeps). So the relay cannot take it while a producing transaction is in flight (it
-then checks again after ``batch_interval``), and once it holds it, it looks once more for work
-(a producer that committed just before) and then sleeps until a NOTIFY, or ``poll_interval``.
+statement tries to take it shared, holding it to its commit, and NOTIFYs
+``RELAY_WAKE_CHANNEL`` (which only relays LISTEN) only when it cannot (the relay sleeps). So the
+relay cannot take it while a producing transaction is in flight (it then tries again every
+``IDLE_RETRY_SECONDS`` for up to ``batch_interval``, then goes back to work), and once it holds
+it, it forgets earlier NOTIFYs (its own positioning's), looks once more for work (a producer
+that committed just before) and then sleeps until a NOTIFY, or ``poll_interval``.
 
 Fault contract (at-least-once, and no duplicate in the stream): the cursor moves only after
 Redis accepted the entries. A relay killed between the XADD and the cursor update leaves the
@@ -58,6 +62,8 @@ log = logging.getLogger(__name__)
 SWEEP_INTERVAL_SECONDS = 60.0
 SWEEP_BATCH = 10_000
 BATCH_INTERVAL_SECONDS = 0.01
+# How often the relay tries again for its idle key while producing transactions are in flight.
+IDLE_RETRY_SECONDS = 0.002
 # Redis's answer to an XADD whose explicit id is not above the stream's last id.
 _ALREADY_IN_STREAM = "equal or smaller than the target stream top item"
 
@@ -112,6 +118,7 @@ def stream_entry(event: repo.StoredEvent, previous: int) -> dict[str, str]:
 
 class EventRelay(OutboxLeader):
     role = "event relay"
+    wake_channels = (repo.RELAY_WAKE_CHANNEL, repo.WAKE_CHANNEL)
 
     def __init__(self, dsn: str, redis: aioredis.Redis, config: RelayConfig) -> None:
         super().__init__(
@@ -126,24 +133,32 @@ class EventRelay(OutboxLeader):
         self.already_relayed = 0  # entries Redis refused as already there
         self.skipped_unread = 0  # unread events this relay's sweeps deleted (all consumers)
         self._next_sweep = 0.0
+        self._idle = False  # this relay holds RELAY_IDLE_KEY (from its last wait)
 
     async def try_lock(self, conn: asyncpg.Connection) -> bool:
+        self._idle = False  # a new connection holds no idle key
         return await repo.try_relay_lock(conn)
 
     async def work(self, conn: asyncpg.Connection) -> bool:
-        # Others position too (the durable consumers, readers of "now"): when one is at work,
-        # wait for its commit (one short statement) rather than find nothing and come back a
-        # batch interval later, which cost the live stream ~18 ms per event (bench/messaging.py).
-        await repo.position_committed(conn, wait=True)
-        # Only the active relay moves the cursor: the batch follows it directly.
-        previous = await repo.relay_cursor(conn)
-        batch = await repo.unrelayed(conn, self.config.batch_size)
+        # Others position too (readers of "now", the durable consumers when no relay is active):
+        # when one is at work, wait for its commit (one short statement) rather than find nothing
+        # and come back a batch interval later, which cost the live stream ~18 ms per event
+        # (bench/messaging.py). The same round trip gives back the idle key of the last wait.
+        idle, self._idle = self._idle, False
+        await repo.position_for_relay(conn, release_idle_lock=idle)
+        # Only the active relay moves the cursor: the batch follows it directly (one statement).
+        previous, batch = await repo.relay_batch(conn, self.config.batch_size)
         if not batch:
             return False
         await self._relay(conn, batch, previous)
-        return await self.after_batch(
-            len(batch), self.config.batch_size, self.config.batch_interval
-        )
+        if len(batch) >= self.config.batch_size:
+            return True
+        if len(batch) > 1:
+            # Commits come faster than rounds: let the next batch gather. A single event (a
+            # quiet outbox) goes straight to the wait, whose NOTIFY wakes the relay for the next
+            # one at once: gathering there only delayed the next event (bench/README.md).
+            await asyncio.sleep(self.config.batch_interval)
+        return False
 
     async def between(self, conn: asyncpg.Connection) -> None:
         loop = asyncio.get_running_loop()
@@ -152,21 +167,28 @@ class EventRelay(OutboxLeader):
             self._next_sweep = loop.time() + SWEEP_INTERVAL_SECONDS
 
     async def wait_for_work(self, conn: asyncpg.Connection, wake: asyncio.Event) -> None:
-        if not await repo.try_idle_lock(conn):
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.config.batch_interval
+        while not await repo.try_idle_lock(conn):
             # A producing transaction is in flight (it holds the key shared to its commit) and
-            # will not NOTIFY: look again shortly rather than sleep.
-            await asyncio.sleep(self.config.batch_interval)
-            return
-        try:
-            # From here on producers NOTIFY; one that committed just before did not.
-            pending = await repo.relay_pending(conn)
-            if not pending:
-                with contextlib.suppress(TimeoutError):
-                    await wait_event(wake, self.poll_interval)
-        finally:
-            await repo.release_idle_lock(conn)
-        # Work waiting (`pending`): the next round takes it at once; `work` waits for a positioner
-        # at work itself, so this cannot spin on events someone else is about to position.
+            # will not NOTIFY: try again shortly (one cheap statement), so that its event goes
+            # soon after the commit, and go back to work after batch_interval at the latest
+            # (under a steady load there is always one in flight: the batch gathers meanwhile).
+            if loop.time() >= give_up:
+                return
+            await asyncio.sleep(IDLE_RETRY_SECONDS)
+        # From here on producers NOTIFY; one that committed just before did not, and the check
+        # below finds its events. So do earlier NOTIFYs (this relay's own positioning's, which
+        # would otherwise cost an empty round), hence the clear: a later one still wakes the wait.
+        wake.clear()
+        if not await repo.relay_pending(conn):
+            with contextlib.suppress(TimeoutError):
+                await wait_event(wake, self.poll_interval)
+        # The next round's positioning gives the key back in its own round trip (a failure
+        # closes the connection, and the key with it). Work waiting: the next round takes it at
+        # once; `work` waits for a positioner at work itself, so this cannot spin on events
+        # someone else is about to position.
+        self._idle = True
 
     async def _relay(
         self, conn: asyncpg.Connection, batch: Sequence[repo.StoredEvent], previous: int

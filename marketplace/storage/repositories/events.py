@@ -38,9 +38,13 @@ RELAY_LOCK_KEY = 0x6D6B745F72656C79  # "mkt_rely": one active relay among all fr
 # it shared wakes the relay with a NOTIFY, one that can holds it to its commit (so the relay can
 # tell that commits are on their way and does not go to sleep). Producers never wait for it.
 RELAY_IDLE_KEY = 0x6D6B745F69646C65  # "mkt_idle"
-# NOTIFY'd by a producing transaction that found the relay asleep, and by every positioner that
-# positioned events (both delivered at commit); LISTENed by the relay and the durable consumers.
+# NOTIFY'd by every positioner that positioned events (delivered at commit); LISTENed by the
+# durable consumers and the relay.
 WAKE_CHANNEL = "marketplace_events"
+# NOTIFY'd by a producing transaction that found the relay asleep; LISTENed by the relay only:
+# the consumers cannot read an event before it has a position, and each wake-up costs them a
+# round (on WAKE_CHANNEL they woke twice per event, beside the relay, on its path).
+RELAY_WAKE_CHANNEL = "marketplace_events_relay"
 # Transactions one positioning statement takes at most (whole transactions only).
 POSITION_BATCH = 1_000
 
@@ -105,7 +109,7 @@ def event_arguments(keyed: Sequence[tuple[str, NewEvent]]) -> list[object]:
     """The arguments that follow a :func:`with_events` change's own."""
     return [
         RELAY_IDLE_KEY,
-        WAKE_CHANNEL,
+        RELAY_WAKE_CHANNEL,
         [key for key, _ in keyed],
         [str(e.type) for _, e in keyed],
         [e.subject for _, e in keyed],
@@ -137,6 +141,22 @@ SELECT_UNRELAYED = f"""
 SELECT {COLUMNS} FROM events
 WHERE position > (SELECT coalesce(max(last_relayed_id), 0) FROM event_relay_cursor)
 ORDER BY position LIMIT $1
+"""
+# The relay's next batch and its cursor, from one statement (one snapshot, one round trip).
+SELECT_RELAY_BATCH = f"""
+WITH relayed AS (SELECT coalesce(max(last_relayed_id), 0) AS id FROM event_relay_cursor),
+batch AS (
+    SELECT {COLUMNS} FROM events
+    WHERE position > (SELECT id FROM relayed)
+    ORDER BY position LIMIT $1
+)
+SELECT b.*, r.id AS relayed FROM relayed r LEFT JOIN batch b ON true ORDER BY b.id
+"""
+# The relay's positioning, giving back the idle key it held while it slept ($5) in the same
+# round trip (the unlock comes first in the select list).
+POSITION_RELAY = """
+SELECT CASE WHEN $5 THEN pg_advisory_unlock($6) END AS released,
+       events_position($1, $2, $3, $4) AS positioned
 """
 # Something for the relay to do: committed events without a position, or positioned ones it has
 # not relayed.
@@ -255,7 +275,7 @@ async def append_rows(
     """``append`` of rows given as text (payloads as JSON): for tests of how consumers take what
     no payload model lets a producer write. Production code calls ``append``."""
     rows = await conn.fetch(
-        APPEND, RELAY_IDLE_KEY, WAKE_CHANNEL, list(types), list(subjects), list(payloads)
+        APPEND, RELAY_IDLE_KEY, RELAY_WAKE_CHANNEL, list(types), list(subjects), list(payloads)
     )
     return [row["id"] for row in rows]
 
@@ -327,6 +347,29 @@ async def read_consumed(
 async def unrelayed(conn: Connection, limit: int) -> list[StoredEvent]:
     """The next positioned events after the relay cursor, in order."""
     return _stored(await conn.fetch(SELECT_UNRELAYED, limit))
+
+
+async def relay_batch(conn: Connection, limit: int) -> tuple[int, list[StoredEvent]]:
+    """The relay cursor and the next positioned events after it, in order (one statement)."""
+    rows = await conn.fetch(SELECT_RELAY_BATCH, limit)
+    return int(rows[0]["relayed"]), _stored([row for row in rows if row["id"] is not None])
+
+
+async def position_for_relay(conn: Connection, *, release_idle_lock: bool) -> int:
+    """``position_committed(conn, wait=True)`` for the active relay, which first gives back
+    ``RELAY_IDLE_KEY`` (``release_idle_lock``: it holds it, from :func:`try_idle_lock`) in the
+    same round trip."""
+    row = await conn.fetchrow(
+        POSITION_RELAY,
+        POSITION_BATCH,
+        POSITION_LOCK_KEY,
+        WAKE_CHANNEL,
+        True,
+        release_idle_lock,
+        RELAY_IDLE_KEY,
+    )
+    assert row is not None
+    return int(row["positioned"])
 
 
 async def relay_pending(conn: Connection) -> bool:

@@ -76,6 +76,49 @@ async def test_a_commit_wakes_the_relay_before_its_poll_interval(
     assert time.monotonic() - started < 2
 
 
+class CountingRelay(EventRelay):
+    """Counts its rounds."""
+
+    rounds = 0
+
+    async def work(self, conn: asyncpg.Connection) -> bool:
+        self.rounds += 1
+        return await super().work(conn)
+
+
+async def test_an_idle_relay_takes_one_round_per_commit_and_producers_wake_only_the_relay(
+    pool: asyncpg.Pool, servers: Servers, start_relay: RelayStarter
+) -> None:
+    running = await start_relay(CountingRelay, poll_interval=30.0)
+    relay = running.relay
+    assert isinstance(relay, CountingRelay)
+
+    async def idle_key_held() -> bool:
+        return bool(await pool.fetchval(RELAY_LOCK_HELD, repo.RELAY_IDLE_KEY))
+
+    await eventually(idle_key_held, within=5, what="the relay to sleep", interval=0.02)
+    heard: list[str] = []
+    conn = await asyncpg.connect(servers.database_url)
+    try:
+        for channel in (repo.WAKE_CHANNEL, repo.RELAY_WAKE_CHANNEL):
+            await conn.add_listener(channel, lambda _c, _p, channel, _m: heard.append(channel))
+        for _ in range(3):
+            before = relay.rounds
+            ids = await produce(pool, 1)
+            await wait_relayed(pool, ids[-1], within=5)
+            await eventually(idle_key_held, within=5, what="the relay to sleep", interval=0.02)
+            await asyncio.sleep(0.1)
+            # Woken by the producer, it positions and relays in one round, then sleeps again:
+            # its own positioning's NOTIFY does not cost an empty round.
+            assert relay.rounds == before + 1
+    finally:
+        await conn.close()
+    # The producers (the relay slept) woke the relay's channel; the consumers' channel heard
+    # only the relay's positioning.
+    assert heard.count(repo.RELAY_WAKE_CHANNEL) == 3
+    assert heard.count(repo.WAKE_CHANNEL) == 3
+
+
 class FreezingRelay(EventRelay):
     """Stops for good between its second XADD pipeline and the cursor update."""
 
