@@ -64,6 +64,17 @@ async def test_killed_mid_backfill_ends_with_the_same_read_model(
     started_before = (await indexer.status.remote()).started_at
     ray.kill(indexer, no_restart=False)
 
+    # The kill is asynchronous: wait for the restarted actor itself (since the indexer folds
+    # logs, a backfill this small can finish before the kill lands, and a status call could
+    # still be answered by the old process).
+    async def restarted() -> bool:
+        try:
+            return (await indexer.status.remote()).started_at > started_before
+        except ray.exceptions.RayActorError:
+            return False
+
+    await eventually(restarted, within=60, what="the indexer actor to be restarted")
+
     async def caught_up() -> bool:
         synced = await pool.fetchval("SELECT last_synced_block FROM indexer_cursors")
         return synced == head
