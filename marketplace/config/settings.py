@@ -469,10 +469,6 @@ class Settings(BaseSettings):
         return parse_networks(self.metrics_allow)
 
     @property
-    def trusted_proxy_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-        return parse_networks(self.trusted_proxies)
-
-    @property
     def cors_origin_list(self) -> list[str]:
         return parse_origins(self.cors_origins)
 
