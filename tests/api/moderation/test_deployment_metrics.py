@@ -256,7 +256,7 @@ async def test_verifier_deliveries_and_consumer_lag(client: Any) -> None:
         )
     # Consumers' cursors are positions (docs/events.md): position what committed (the relay
     # would, within milliseconds) and take the newest.
-    await events_repo.position_committed(db)
+    await events_repo.position_committed(db, wait=True)
     newest = await db.fetchval("SELECT last_position FROM event_positions")
     await leaderboard_boards.advance_consumer_cursor(db, newest - 3)
 
