@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     public_base_url: str = ""
+    # A web app's base URL: links in e-mails open its pages (templated by type, docs/notifications.md)
+    # instead of the API's resources. Empty: links go to API resources under public_base_url.
+    public_app_url: str = ""
 
     # External dependencies; empty means "start an embedded one" under `marketplace up`.
     database_url: str = ""
@@ -111,6 +114,9 @@ class Settings(BaseSettings):
 
     log_level: str = "INFO"
     log_json: bool = True
+    # `auto`: human-readable lines under `marketplace up` on a terminal, JSON otherwise; `json`
+    # and `text` force one. `json` also wins over MARKETPLACE_LOG_JSON=false.
+    log_format: str = Field(default="auto", pattern=r"^(auto|json|text)$")
 
     # --- identity (wallet links, API keys, legal assent); see docs/identity.md -----------------
     # Lifetime of a wallet-link challenge.
