@@ -222,14 +222,24 @@ class SessionVerifier:
 
 
 def issue_session_token(
-    secret: str, user_id: uuid.UUID, *, email_verified: bool, ttl_seconds: int, now: int
+    secret: str,
+    user_id: uuid.UUID,
+    *,
+    email_verified: bool,
+    ttl_seconds: int,
+    now: int,
+    email: str | None = None,
 ) -> str:
-    claims = {
+    """An HS256 session JWT; ``email`` becomes the `email` claim (where notifications go, once
+    recorded from a token whose `email_verified` is true)."""
+    claims: dict[str, object] = {
         "sub": str(user_id),
         "email_verified": email_verified,
         "iat": now,
         "exp": now + ttl_seconds,
     }
+    if email is not None:
+        claims["email"] = email
     return jwt.encode(claims, secret, algorithm="HS256")
 
 

@@ -10,6 +10,7 @@ import enum
 import ipaddress
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -314,6 +315,20 @@ class Settings(BaseSettings):
     # Per HTTP request a policy makes (figma-ref, screenshot-ref) and the largest image accepted.
     verifier_http_timeout_seconds: float = Field(default=20.0, gt=0, le=300)
     verifier_max_image_bytes: int = Field(default=10_485_760, ge=1024, le=104_857_600)
+
+    @field_validator("public_base_url", "public_app_url")
+    @classmethod
+    def _check_public_url(cls, value: str) -> str:
+        # Checked at start: a bad value would otherwise fail only when an e-mail is composed,
+        # and its job would retry until it gave up.
+        value = value.strip()
+        if value:
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError("not an http(s) URL with a host")
+            if parts.query or parts.fragment:
+                raise ValueError("must not have a query or fragment")
+        return value
 
     @field_validator("dispute_admin_wallets")
     @classmethod

@@ -45,7 +45,7 @@ class DeliveryToSend:
     recipient_user_id: uuid.UUID
     email: str
     subject: str
-    # Below MARKETPLACE_PUBLIC_BASE_URL.
+    # The API path of what the e-mail links to (notifications/links.py makes the URL).
     link_path: str
     # The previewed message's current text (chat and DMs, visible messages only), uncut: the
     # composer applies MARKETPLACE_NOTIFICATION_PREVIEW_CHARS.
@@ -63,6 +63,6 @@ class DeliveryJobPayload(JobPayload):
     in one statement by the consumer), where its link points, and the message it previews."""
 
     delivery_id: uuid.UUID = Field(alias="deliveryId")
-    # Below MARKETPLACE_PUBLIC_BASE_URL.
+    # The API path of what the e-mail links to (notifications/links.py makes the URL).
     link_path: str = Field(default="/", alias="linkPath", min_length=1, max_length=2000)
     preview_message_id: uuid.UUID | None = Field(default=None, alias="previewMessageId")

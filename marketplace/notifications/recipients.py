@@ -37,6 +37,7 @@ from marketplace.events.types import (
     EventType,
 )
 from marketplace.notifications.email import strip_bidi
+from marketplace.notifications.links import project_chat_link, project_link, thread_link
 from marketplace.notifications.models import NotificationEventType
 from marketplace.storage.pool import Conn
 from marketplace.storage.repositories import notification_deliveries as repo
@@ -61,18 +62,10 @@ class Notification:
     # The acting user (bidder, evidence submitter, message sender).
     sender_user_id: uuid.UUID | None
     subject: str
-    # Path of the link in the e-mail, below MARKETPLACE_PUBLIC_BASE_URL.
+    # The API path of what the e-mail links to (links.link_url makes the URL the e-mail shows).
     link_path: str
     # The chat or direct message whose current text previews in the e-mail (None: no preview).
     preview_message_id: uuid.UUID | None = None
-
-
-def project_link(project_address: str) -> str:
-    return f"/projects/{project_address.lower()}"
-
-
-def thread_link(thread_id: str) -> str:
-    return f"/messages/threads/{thread_id}"
 
 
 def _subject(text: str) -> str:
@@ -216,7 +209,7 @@ def _chat_message(event: ChatMessage, lookups: _Lookups) -> Notification | None:
         recipient_user_id=recipient,
         sender_user_id=_uuid(payload.senderUserId),
         subject=_subject(f"New message in the chat of {project}"),
-        link_path=project_link(payload.projectAddress),
+        link_path=project_chat_link(payload.projectAddress),
         preview_message_id=_uuid(payload.messageId),
     )
 

@@ -26,9 +26,10 @@ from marketplace.notifications.email import (
     render,
     sender_domain,
 )
+from marketplace.notifications.links import link_url
 from marketplace.notifications.mailer import PermanentMailError, SmtpPool
 from marketplace.notifications.models import DeliveryToSend, NotificationEventType, Send
-from marketplace.notifications.unsubscribe import public_base_url, unsubscribe_url
+from marketplace.notifications.unsubscribe import unsubscribe_url
 
 # Seconds per SMTP command (connect, each reply).
 SMTP_COMMAND_TIMEOUT_SECONDS = 20.0
@@ -54,7 +55,7 @@ def content_for(settings: Settings, delivery: DeliveryToSend) -> EmailContent:
         to=delivery.email,
         subject=delivery.subject,
         summary=SUMMARIES[delivery.event_type],
-        link_url=f"{public_base_url(settings)}{delivery.link_path}",
+        link_url=link_url(settings, delivery.link_path),
         link_label=LINK_LABELS[delivery.event_type],
         preview=delivery.preview,
         unsubscribe_url=unsubscribe_url(settings, delivery.recipient_user_id, delivery.event_type),

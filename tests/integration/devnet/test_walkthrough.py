@@ -1,7 +1,8 @@
 """docs/walkthrough.md as written: its ``sh`` blocks run in order in one bash against a fresh
 ``marketplace up`` started here (a subprocess in a temporary data dir on a free port), and the
-end state is checked through the API. ``marketplace devnet link-wallet`` is tested against the
-same server.
+end state is checked through the API and in ``<data-dir>/mail/`` (the direct message's e-mail,
+whose link answers its recipient). ``marketplace devnet link-wallet`` is tested against the same
+server.
 
 The two blocks marked ``<!-- walkthrough-test: skip -->`` (``./scripts/up`` and activating the
 virtualenv) are what this module does itself: it starts ``up`` and puts a ``marketplace`` and a
@@ -10,6 +11,8 @@ virtualenv) are what this module does itself: it starts ``up`` and puts a ``mark
 
 from __future__ import annotations
 
+import email
+import email.policy
 import json
 import os
 import re
@@ -26,6 +29,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +231,10 @@ def test_the_page_has_the_blocks_the_test_relies_on() -> None:
         "/bid-drafts",
         "marketplace devnet bid",
         "marketplace devnet select",
+        "marketplace token --user-id $WORKER_ID --email walter@example.com",
+        "/v1/messages/dm",
+        '"$MAIL_DIR"/*.eml',
+        "Open the conversation",
     ):
         assert step in script, step
 
@@ -245,6 +253,7 @@ def test_walkthrough_runs_as_written(
         '\nprintf "\\nWALKTHROUGH %s %s %s %s %s %s\\n" "$PROJECT" "$OWNER_ID" "$WORKER_ID" '
         '"$DRAFT_HASH" "$(echo "$INTENT" | json .intentId)" '
         '"$(echo "$INTENT" | json .intentNonce)"\n'
+        'printf "WALKTHROUGH_MAIL %s %s %s\\n" "$(echo "$DM" | json .threadId)" "$EML" "$LINK"\n'
     )
     started = time.perf_counter()
     result = subprocess.run(
@@ -311,6 +320,27 @@ def test_walkthrough_runs_as_written(
         assert [item["walletAddress"] for item in links["items"]] == [wallet]
     assert '"mode": "intent"' in result.stdout
     assert '"status":"claimed"' in result.stdout
+
+    # Step 9: Olivia's direct message reached Walter's address as an .eml file of up's mail dir,
+    # and its link is the thread, which answers him (the page's own curl already needed a 2xx).
+    line = next(x for x in result.stdout.splitlines() if x.startswith("WALKTHROUGH_MAIL "))
+    thread_id, eml, link = line.split()[1:]
+    path = Path(eml)
+    assert path.parent == (up.data_dir / "mail").resolve()
+    parsed = email.message_from_bytes(path.read_bytes(), policy=email.policy.default)
+    assert isinstance(parsed, EmailMessage)
+    assert parsed["To"] == "walter@example.com"
+    assert parsed["Subject"] == "New direct message from a marketplace user"
+    text = parsed.get_body(("plain",))
+    assert text is not None
+    assert link == f"{up.api}/v1/messages/dm/threads/{thread_id}/messages"
+    assert f"Open the conversation: {link}" in text.get_content()
+    assert "> Welcome aboard: milestone 1 first, please." in text.get_content()
+    status, thread = _get(link, worker_auth)
+    assert status == 200, thread
+    assert [m["body"] for m in thread["items"]] == ["Welcome aboard: milestone 1 first, please."]
+    # Only the direct message mailed: nobody else had an address.
+    assert [p.name for p in (up.data_dir / "mail").glob("*.eml")] == [path.name]
 
 
 # --- marketplace devnet link-wallet ---------------------------------------------------------------

@@ -27,15 +27,21 @@ BASE_URL = "https://market.example"
 
 
 @contextlib.asynccontextmanager
-async def smtp_worker(servers: Servers, smtp: SmtpTestServer) -> AsyncIterator[JobWorker]:
-    """A `notifications` worker in the test's loop with the default (SMTP) sender."""
+async def smtp_worker(
+    servers: Servers, smtp: SmtpTestServer, **overrides: Any
+) -> AsyncIterator[JobWorker]:
+    """A `notifications` worker in the test's loop with the default (SMTP) sender; ``overrides``
+    are settings (``public_app_url``, ...)."""
     settings = make_settings(
         servers,
-        smtp_url=smtp.url,
-        public_base_url=BASE_URL,
-        jobs_poll_interval_ms=100,
-        jobs_backoff_base_seconds=0.2,
-        jobs_backoff_cap_seconds=0.5,
+        **{
+            "smtp_url": smtp.url,
+            "public_base_url": BASE_URL,
+            "jobs_poll_interval_ms": 100,
+            "jobs_backoff_base_seconds": 0.2,
+            "jobs_backoff_cap_seconds": 0.5,
+            **overrides,
+        },
     )
     pool = await create_pool(servers.database_url, min_size=1, max_size=6)
     worker = JobWorker(NOTIFICATIONS_QUEUE, pool, settings, owner="test-smtp")
@@ -117,7 +123,7 @@ async def test_each_event_type_arrives_as_one_email(
     dm_mail = by_subject["New direct message from a marketplace user"].message
     dm_text = dm_mail.get_body(("plain",)).get_content()  # type: ignore[union-attr]
     assert "can we talk about the scope?" in dm_text
-    assert f"/messages/threads/{direct['threadId']}" in dm_text
+    assert f"{BASE_URL}/v1/messages/dm/threads/{direct['threadId']}/messages" in dm_text
 
 
 async def test_a_burst_of_15_dms_sends_5_and_rate_limits_10(

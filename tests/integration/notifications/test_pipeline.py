@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from typing import Any
 
 import asyncpg
@@ -102,9 +103,11 @@ async def test_each_event_type_gives_one_delivery_to_the_other_party(
         if row["event_type"] in ("project_chat_message", "direct_message"):
             assert payload["previewMessageId"] in previews
         if row["event_type"] == "direct_message":
-            assert payload["linkPath"] == f"/messages/threads/{direct['threadId']}"
+            assert payload["linkPath"] == f"/v1/messages/dm/threads/{direct['threadId']}/messages"
+        elif row["event_type"] == "project_chat_message":
+            assert re.fullmatch(r"/v1/projects/0x[0-9a-f]{40}/chat/messages", payload["linkPath"])
         else:
-            assert payload["linkPath"].startswith("/projects/0x")
+            assert re.fullmatch(r"/v1/projects/0x[0-9a-f]{40}", payload["linkPath"])
     # Nothing left: the cursor is past every event.
     assert await pipeline.consume() == 0
     assert len(await deliveries(db)) == 5

@@ -71,7 +71,7 @@ async def test_a_queued_delivery_is_sent_once_and_marked_sent(
     assert delivery.id == row["id"] and delivery.email == address
     assert delivery.recipient_user_id == project.worker.user.user_id
     assert delivery.subject == "New direct message from a marketplace user"
-    assert delivery.link_path == f"/messages/threads/{message['threadId']}"
+    assert delivery.link_path == f"/v1/messages/dm/threads/{message['threadId']}/messages"
     assert delivery.preview == "a private word"
     assert delivery.attempt == 1
     final = (await deliveries(db))[0]
