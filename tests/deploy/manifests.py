@@ -105,3 +105,41 @@ def annotation_queries(rule: dict[str, Any]) -> list[str]:
         for text in rule.get("annotations", {}).values()
         for query in re.findall(r'query\s+"((?:[^"\\]|\\.)*)"', text)
     ]
+
+
+# --- compose and kustomize inputs ------------------------------------------------------------
+
+KUSTOMIZATION = KUBERNETES / "kustomization.yaml"
+DOCKER_SCRIPTS = DEPLOY / "docker"
+PLACEHOLDER = "CHANGE_ME"
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """KEY=value lines of an env file (compose's .env, kustomize's `envs`): comments and blank
+    lines skipped, the value taken as written."""
+    result: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        assert sep, f"{path.name}: not KEY=value: {line!r}"
+        result[key.strip()] = value
+    return result
+
+
+def kustomization() -> dict[str, Any]:
+    (data,) = load_documents(KUSTOMIZATION)
+    assert isinstance(data, dict)
+    return data
+
+
+def generated_secrets() -> dict[str, dict[str, str]]:
+    """The Secrets kustomization.yaml's secretGenerator makes, with the keys and values of each
+    one's committed ``<env file>.example`` (the real env files are git-ignored)."""
+    result: dict[str, dict[str, str]] = {}
+    for generator in kustomization()["secretGenerator"]:
+        values: dict[str, str] = {}
+        for env_file in generator.get("envs", []):
+            values |= read_env_file(KUBERNETES / f"{env_file}.example")
+        result[generator["name"]] = values
+    return result

@@ -1,11 +1,16 @@
 """deploy/kubernetes/: the core kinds validate against the Kubernetes schemas
 (kubernetes-validate), and so do the RayCluster's pod templates; the RayCluster, ServiceMonitor
 and PrometheusRule, whose schemas it does not carry, are checked field by field. The verifier
-executors' group is checked for what keeps the service's secrets away from untrusted code."""
+executors' group is checked for what keeps the service's secrets away from untrusted code. The
+kustomization sets the image and generates the Secrets from git-ignored env files: rendered with
+`kubectl kustomize` in a copy given sample env files, and refused without them."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -15,17 +20,22 @@ import yaml
 from marketplace.config import Settings
 from tests.deploy.manifests import (
     ALERTS,
+    DOCKER_SCRIPTS,
     KUBERNETES,
+    PLACEHOLDER,
+    REPO_ROOT,
+    generated_secrets,
     kubernetes_objects,
+    kustomization,
     load_documents,
     objects_of_kind,
 )
 
+# The Secrets are not files here: kustomize generates them (rendered and validated below).
 CORE_KINDS = (
     "Deployment",
     "Service",
     "ConfigMap",
-    "Secret",
     "PodDisruptionBudget",
     "NetworkPolicy",
 )
@@ -184,7 +194,7 @@ def test_frontend_probes_resources_and_settings() -> None:
         assert {"cpu", "memory"} <= set(container["resources"][kind])
     sources = {next(iter(s)): next(iter(s.values()))["name"] for s in container["envFrom"]}
     (config_map,) = objects_of_kind("ConfigMap")
-    secret_names = {s["metadata"]["name"] for s in objects_of_kind("Secret")}
+    secret_names = set(generated_secrets())
     assert sources["configMapRef"] == config_map["metadata"]["name"]
     assert sources["secretRef"] in secret_names
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -215,12 +225,28 @@ def test_config_map_names_real_settings_and_the_spec_lag_threshold() -> None:
     assert data["MARKETPLACE_RAY_ADDRESS"].startswith(cluster["metadata"]["name"] + "-head-svc")
 
 
-def test_secret_template_holds_only_placeholders() -> None:
-    (secret,) = [
-        s for s in objects_of_kind("Secret") if s["metadata"]["name"] == "marketplace-secrets"
-    ]
-    values = secret["stringData"]
-    for name in (
+def test_secrets_are_generated_from_git_ignored_env_files() -> None:
+    """No Secret object is committed or listed: kustomize generates each from an env file that
+    git ignores, and only its example (placeholders) is in the repository."""
+    assert not objects_of_kind("Secret")
+    config = kustomization()
+    assert not [r for r in config["resources"] if "secret" in r.lower()]
+    generators = config["secretGenerator"]
+    # Fixed names: the RayCluster refers to them in fields kustomize does not rewrite.
+    assert config["generatorOptions"]["disableNameSuffixHash"] is True
+    for generator in generators:
+        assert set(generator) == {"name", "envs"}, generator  # no `literals`: values in git
+        for env_file in generator["envs"]:
+            relative = (KUBERNETES / env_file).relative_to(REPO_ROOT)
+            ignored = subprocess.run(
+                ["git", "check-ignore", "--quiet", "--no-index", str(relative)],
+                cwd=REPO_ROOT,
+                check=False,
+            )
+            assert ignored.returncode == 0, f"{relative} is not git-ignored"
+            assert (KUBERNETES / f"{env_file}.example").is_file(), env_file
+    secrets = generated_secrets()
+    assert set(secrets["marketplace-secrets"]) == {
         "MARKETPLACE_DATABASE_URL",
         "MARKETPLACE_REDIS_URL",
         "MARKETPLACE_JWT_SECRET",
@@ -228,20 +254,156 @@ def test_secret_template_holds_only_placeholders() -> None:
         "MARKETPLACE_NOTIFICATION_UNSUBSCRIBE_SECRET",
         "MARKETPLACE_VERIFIER_PRIVATE_KEY",
         "MARKETPLACE_SMTP_URL",
-    ):
-        assert "CHANGE_ME" in values[name], name
-    assert {k for k in values if k.startswith("MARKETPLACE_")} <= SETTINGS_ENV
+    }
+    assert {k for k in secrets["marketplace-secrets"] if k.startswith("MARKETPLACE_")} <= (
+        SETTINGS_ENV
+    )
     # Ray's token is alone in a Secret of its own, the one the verifier executors may reference.
-    assert "RAY_AUTH_TOKEN" not in values
-    (token,) = [s for s in objects_of_kind("Secret") if s["metadata"]["name"] == RAY_TOKEN_SECRET]
-    assert set(token["stringData"]) == {"RAY_AUTH_TOKEN"}
-    for other in objects_of_kind("Secret"):
-        for value in other.get("stringData", {}).values():
-            assert "CHANGE_ME" in value
-        assert "data" not in other  # base64 would hide a real value from review
+    assert set(secrets[RAY_TOKEN_SECRET]) == {"RAY_AUTH_TOKEN"}
+    # The examples hold placeholders only.
+    for name, values in secrets.items():
+        for key, value in values.items():
+            assert PLACEHOLDER in value, f"{name}.{key}"
+
+
+def _sample_env_files(directory: Path) -> None:
+    """The real env files, made from the examples with a sample value for each placeholder."""
+    for generator in kustomization()["secretGenerator"]:
+        for env_file in generator["envs"]:
+            example = (KUBERNETES / f"{env_file}.example").read_text()
+            (directory / env_file).write_text(example.replace(PLACEHOLDER, "sample-value"))
+
+
+def _kubectl() -> str:
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl is needed to render the kustomization (kubectl kustomize)"
+    return kubectl
+
+
+def _kustomize(directory: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [_kubectl(), "kustomize", str(directory)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """`kubectl kustomize` of a copy of deploy/kubernetes/ with sample env files."""
+    directory = tmp_path_factory.mktemp("kubernetes") / "kubernetes"
+    shutil.copytree(KUBERNETES, directory)
+    _sample_env_files(directory)
+    result = _kustomize(directory)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def test_kustomize_refuses_to_render_without_the_secret_env_files(tmp_path: Path) -> None:
+    """A fresh clone has only the examples: applying it fails instead of creating placeholder
+    Secrets."""
+    directory = tmp_path / "kubernetes"
+    shutil.copytree(KUBERNETES, directory)
+    for env_file in directory.glob("*.env"):
+        env_file.unlink()  # a developer's own, if any
+    result = _kustomize(directory)
+    assert result.returncode != 0
+    assert "secrets.env" in result.stderr or "ray-auth.env" in result.stderr, result.stderr
+
+
+def test_rendered_secrets_validate_and_every_reference_resolves(
+    rendered: list[dict[str, Any]],
+) -> None:
+    secrets = {doc["metadata"]["name"]: doc for doc in rendered if doc["kind"] == "Secret"}
+    assert set(secrets) == set(generated_secrets())
+    for name, secret in secrets.items():
+        kubernetes_validate.validate(secret, KUBERNETES_VERSION, strict=True)
+        assert secret["metadata"]["namespace"] == "marketplace"
+        assert set(secret["data"]) == set(generated_secrets()[name]), name
+    # Every Secret a pod or the RayCluster names exists, with the key it asks for.
+    references = [
+        value
+        for doc in rendered
+        if doc["kind"] != "Secret"
+        for _, value in _find_keys(doc, ("secretKeyRef", "secretRef"))
+    ]
+    assert len(references) >= 5
+    for reference in references:
+        assert reference["name"] in secrets, reference
+        if "key" in reference:
+            assert reference["key"] in secrets[reference["name"]]["data"], reference
+
+
+def test_the_images_entry_sets_every_container_image(rendered: list[dict[str, Any]]) -> None:
+    """The manifests say `image: marketplace`; the operator's `images:` entry (a registry, a
+    pinned tag) replaces it in every pod, the RayCluster's included."""
+    (entry,) = kustomization()["images"]
+    assert entry["name"] == "marketplace"
+    registry, _, repository = entry["newName"].partition("/")
+    assert "." in registry and repository, entry  # a registry host, not a local name
+    assert entry["newTag"] and entry["newTag"] != "latest"
+    for _, doc in kubernetes_objects():
+        for _, image in _find_keys(doc, ("image",)):
+            assert image == "marketplace", (doc["kind"], image)
+    images = [image for doc in rendered for _, image in _find_keys(doc, ("image",))]
+    # The frontend and the head, workers and executors.
+    assert len(images) == 4
+    assert set(images) == {f"{entry['newName']}:{entry['newTag']}"}
+
+
+def test_frontend_entrypoint_refuses_the_example_placeholders(tmp_path: Path) -> None:
+    """Secrets generated from a copied example reach the frontends as CHANGE_ME: the entrypoint
+    names them and stops before joining Ray or serving."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    served = tmp_path / "served"
+    # Stands in for the server the entrypoint execs, to see whether it got that far.
+    (bin_dir / "marketplace").write_text(f"#!/bin/sh\ntouch {served}\n")
+    (bin_dir / "marketplace").chmod(0o755)
+    base = {"PATH": f"{bin_dir}:/usr/bin:/bin", "MARKETPLACE_RAY_ADDRESS": ""}
+    script = str(DOCKER_SCRIPTS / "marketplace-frontend.sh")
+
+    example = generated_secrets()["marketplace-secrets"]
+    refused = subprocess.run(
+        ["sh", script], env=base | example, capture_output=True, text=True, check=False
+    )
+    assert refused.returncode == 2
+    assert "CHANGE_ME" in refused.stderr
+    for key in example:
+        assert key in refused.stderr, key
+    assert "@postgres.example.internal" not in refused.stderr  # names, never values
+    assert not served.exists()
+
+    filled = {k: v.replace(PLACEHOLDER, "sample-value") for k, v in example.items()}
+    started = subprocess.run(
+        ["sh", script], env=base | filled, capture_output=True, text=True, check=False
+    )
+    assert started.returncode == 0, started.stderr
+    assert served.exists()
 
 
 # --- KubeRay ---------------------------------------------------------------------------------
+
+
+def test_worker_group_sizes_mean_what_they_say() -> None:
+    """Without KubeRay's autoscaler a group runs `replicas` pods whatever min/max say, so they
+    must all be equal; with it, the autoscaler needs its options and a range to move in."""
+    spec = _ray_cluster()["spec"]
+    groups = spec["workerGroupSpecs"]
+    if spec.get("enableInTreeAutoscaling", False):
+        assert spec["autoscalerOptions"]
+        for group in groups:
+            assert 1 <= group["minReplicas"] <= group["replicas"] <= group["maxReplicas"]
+            assert group["maxReplicas"] > group["minReplicas"], group["groupName"]
+    else:
+        assert "autoscalerOptions" not in spec
+        for group in groups:
+            assert group["replicas"] >= 1
+            assert group["minReplicas"] == group["replicas"] == group["maxReplicas"], group[
+                "groupName"
+            ]
 
 
 def test_ray_cluster_head_workers_and_gcs_fault_tolerance() -> None:
@@ -252,19 +414,12 @@ def test_ray_cluster_head_workers_and_gcs_fault_tolerance() -> None:
     assert head["rayStartParams"]["num-cpus"] == "0"
     assert head["template"]["spec"]["containers"][0]["image"]
     assert {g["groupName"] for g in spec["workerGroupSpecs"]} == {"workers", EXECUTOR_GROUP}
-    for worker_group in spec["workerGroupSpecs"]:
-        assert 1 <= worker_group["minReplicas"] <= worker_group["replicas"]
-        assert worker_group["replicas"] <= worker_group["maxReplicas"]
-        assert worker_group["maxReplicas"] > worker_group["minReplicas"]
     group = _worker_group("workers")
     ft = spec["gcsFaultToleranceOptions"]
     host, _, port = ft["redisAddress"].partition(":")
     assert host and port.isdigit()
     secret_ref = ft["redisPassword"]["valueFrom"]["secretKeyRef"]
-    (redis_secret,) = [
-        s for s in objects_of_kind("Secret") if s["metadata"]["name"] == secret_ref["name"]
-    ]
-    assert secret_ref["key"] in redis_secret["stringData"]
+    assert secret_ref["key"] in generated_secrets()[secret_ref["name"]]
     # The pre-1.3 annotation must not be mixed with gcsFaultToleranceOptions (KubeRay refuses it).
     assert "ray.io/ft-enabled" not in cluster["metadata"].get("annotations", {})
     templates = [head["template"], *(g["template"] for g in spec["workerGroupSpecs"])]
@@ -355,8 +510,7 @@ def test_executor_pods_reference_no_secret_of_the_service() -> None:
         {"name": RAY_TOKEN_SECRET, "key": "RAY_AUTH_TOKEN"}
     ], references
     assert all(path.endswith(".valueFrom.secretKeyRef") for path, _ in references)
-    (token,) = [s for s in objects_of_kind("Secret") if s["metadata"]["name"] == RAY_TOKEN_SECRET]
-    assert set(token["stringData"]) == {"RAY_AUTH_TOKEN"}
+    assert set(generated_secrets()[RAY_TOKEN_SECRET]) == {"RAY_AUTH_TOKEN"}
     containers = pod["containers"] + pod.get("initContainers", [])
     for container in containers:
         assert "envFrom" not in container, container["name"]
