@@ -6,7 +6,21 @@ per app would fail the second time a process builds an app (as tests do).
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from collections.abc import Iterator, Mapping
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
+from prometheus_client.registry import Collector
+
+# Every process that exports these metrics imports this module first. A `_created` series per
+# counter and histogram child (one per label set) doubles the series count for a timestamp no
+# dashboard or alert reads; `promtool check metrics` also flags them.
+disable_created_metrics()
 
 HTTP_REQUESTS = Counter(
     "marketplace_http_requests_total",
@@ -131,41 +145,107 @@ SESSION_RECORDS_DROPPED = Counter(
     "user's next request records them again.",
 )
 
+
 # Mirrored from the chain indexer actor (which keeps them in Redis) at each scrape.
-INDEXER_GAUGES = {
-    name: Gauge(f"marketplace_indexer_{name}", help_text)
-    for name, help_text in {
-        "blocks_processed": "Blocks scanned by the chain indexer (total).",
-        "events_processed": "Marketplace events processed by the chain indexer (total).",
-        "batches": "Indexer batches committed (total).",
-        "batch_seconds_sum": "Seconds spent in committed indexer batches (total).",
-        "reorgs_handled": "Chain reorganisations rolled back (total).",
-        "rpc_errors": "Failed indexer batches, RPC errors included (total).",
-        "lag_blocks": "Blocks between the chain head and the indexed block.",
-        "lag_seconds": "Chain-time age of the newest indexed block when behind (0 when caught up).",
-        "head_block": "Chain head seen by the indexer.",
-        "last_synced_block": "Last block reflected in the read models.",
-    }.items()
-}
+class IndexerMetrics(Collector):
+    """The chain indexer's figures, copied before each scrape from the Redis hash the indexer
+    actor writes (``marketplace:indexer:metrics``, marketplace/indexer/engine.py): its running
+    totals as counters, its batch time as a summary (count and sum, no quantiles), the rest as
+    gauges. A figure Redis did not have keeps its last value; 0 before the first read."""
+
+    # Redis field -> (metric name without `_total`, help text)
+    COUNTERS = {
+        "blocks_processed": (
+            "marketplace_indexer_blocks_processed",
+            "Blocks scanned by the chain indexer.",
+        ),
+        "events_processed": (
+            "marketplace_indexer_events_processed",
+            "Marketplace events processed by the chain indexer.",
+        ),
+        "reorgs_handled": (
+            "marketplace_indexer_reorgs_handled",
+            "Chain reorganisations rolled back.",
+        ),
+        "rpc_errors": (
+            "marketplace_indexer_rpc_errors",
+            "Failed indexer batches, RPC errors included.",
+        ),
+    }
+    GAUGES = {
+        "lag_blocks": (
+            "marketplace_indexer_lag_blocks",
+            "Blocks between the chain head and the indexed block.",
+        ),
+        "lag_seconds": (
+            "marketplace_indexer_lag_seconds",
+            "Chain-time age of the newest indexed block when behind (0 when caught up).",
+        ),
+        "head_block": ("marketplace_indexer_head_block", "Chain head seen by the indexer."),
+        "last_synced_block": (
+            "marketplace_indexer_last_synced_block",
+            "Last block reflected in the read models.",
+        ),
+    }
+    # The summary's count and sum: committed batches and the seconds spent in them.
+    BATCHES, BATCH_SECONDS = "batches", "batch_seconds_sum"
+    BATCH_DURATION = "marketplace_indexer_batch_duration_seconds"
+
+    def __init__(self) -> None:
+        self.values: dict[str, float] = {}
+
+    def mirror(self, values: Mapping[str, float]) -> None:
+        self.values.update(values)
+
+    def collect(self) -> Iterator[Metric]:
+        for field, (name, help_text) in self.COUNTERS.items():
+            counter = CounterMetricFamily(name, help_text)
+            counter.add_metric([], self.values.get(field, 0.0))
+            yield counter
+        yield SummaryMetricFamily(
+            self.BATCH_DURATION,
+            "Committed indexer batches (count) and the seconds spent in them (sum).",
+            count_value=int(self.values.get(self.BATCHES, 0.0)),
+            sum_value=self.values.get(self.BATCH_SECONDS, 0.0),
+        )
+        for field, (name, help_text) in self.GAUGES.items():
+            gauge = GaugeMetricFamily(name, help_text)
+            gauge.add_metric([], self.values.get(field, 0.0))
+            yield gauge
+
+
+INDEXER_METRICS = IndexerMetrics()
+REGISTRY.register(INDEXER_METRICS)
+
+# The outcome of this frontend's last readiness round (marketplace/http/routes/system.py), which
+# a scrape also runs when none ran within MARKETPLACE_READINESS_CACHE_MS: the alert on readiness
+# needs a series, and probes (the kubelet's, compose's) leave none in Prometheus.
+READY = Gauge(
+    "marketplace_ready",
+    "1 while this frontend's dependencies answered its last readiness check (GET "
+    "/v1/health/ready: ready or degraded), 0 when they did not.",
+)
 
 
 READ_CACHE_HITS = Counter(
-    "marketplace_read_cache_hits", "Read responses served from this frontend's cache.", ["route"]
+    "marketplace_read_cache_hits_total",
+    "Read responses served from this frontend's cache.",
+    ["route"],
 )
 READ_CACHE_MISSES = Counter(
-    "marketplace_read_cache_misses",
+    "marketplace_read_cache_misses_total",
     "Cacheable reads that found no entry (answered from PostgreSQL).",
     ["route"],
 )
 READ_CACHE_BYPASSES = Counter(
-    "marketplace_read_cache_bypasses",
+    "marketplace_read_cache_bypasses_total",
     "Reads answered from PostgreSQL without looking at the cache, by reason (not_serving: the "
     "event follower is lagging or disconnected; uncacheable: a signed-in or effectiveStatus "
     "list).",
     ["route", "reason"],
 )
 READ_CACHE_INVALIDATIONS = Counter(
-    "marketplace_read_cache_invalidations",
+    "marketplace_read_cache_invalidations_total",
     "Invalidations applied to the cache, by event type or reason.",
     ["reason"],
 )

@@ -102,9 +102,9 @@ async def test_indexer_metrics_are_mirrored_into_metrics(client: Any) -> None:
         METRICS_KEY, mapping={"blocks_processed": 42, "lag_blocks": 7, "reorgs_handled": 1}
     )
     text = await (await client.get("/metrics")).text()
-    assert "marketplace_indexer_blocks_processed 42.0" in text
+    assert "marketplace_indexer_blocks_processed_total 42.0" in text
     assert "marketplace_indexer_lag_blocks 7.0" in text
-    assert "marketplace_indexer_reorgs_handled 1.0" in text
+    assert "marketplace_indexer_reorgs_handled_total 1.0" in text
 
 
 async def _staleness_metrics(client: Any) -> tuple[float, float]:

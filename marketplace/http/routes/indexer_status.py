@@ -21,7 +21,7 @@ from marketplace.http import keys
 from marketplace.http.routing import AuthMode, Call, RouteTable
 from marketplace.indexer.engine import METRICS_KEY
 from marketplace.indexer.health import Freshness, FreshnessSource, StaleReason, freshness
-from marketplace.metrics import INDEXER_GAUGES
+from marketplace.metrics import INDEXER_METRICS
 from marketplace.types import Address, ResponseModel
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,6 @@ async def mirror_indexer_metrics(app: web.Application) -> None:
     except Exception:
         log.debug("indexer metrics unavailable", exc_info=True)
         return
-    for name, value in values.items():
-        gauge = INDEXER_GAUGES.get(name if isinstance(name, str) else name.decode())
-        if gauge is not None:
-            gauge.set(float(value))
+    INDEXER_METRICS.mirror(
+        {(n if isinstance(n, str) else n.decode()): float(v) for n, v in values.items()}
+    )

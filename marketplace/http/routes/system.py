@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 from swagger_ui_bundle import swagger_ui_path
 
 from marketplace import __version__
+from marketplace.aio import within
 from marketplace.config.settings import parse_networks
 from marketplace.errors import Forbidden, MarketplaceError, NotFound, ServiceUnavailable
 from marketplace.http import keys, openapi
@@ -30,7 +31,8 @@ from marketplace.http.openapi import build_openapi, error_code_table, implementa
 from marketplace.http.routes.indexer_status import chain_configured, current_freshness
 from marketplace.http.routing import ROUTES, AuthMode, Call, Route, RouteTable
 from marketplace.indexer.health import StaleReason
-from marketplace.metrics import DB_POOL_IDLE, DB_POOL_MAX, DB_POOL_SIZE
+from marketplace.metric_sources import SOURCE_READ_TIMEOUT_SECONDS
+from marketplace.metrics import DB_POOL_IDLE, DB_POOL_MAX, DB_POOL_SIZE, READY
 from marketplace.storage.pool import ServerState, observe_server, probe_server
 from marketplace.types import ResponseModel
 
@@ -101,6 +103,7 @@ class Readiness:
             if self._outcome is None or time.monotonic() - self._checked_at >= ttl:
                 self._outcome = await check_dependencies(app)
                 self._checked_at = time.monotonic()
+                READY.set(0 if isinstance(self._outcome, NotReady) else 1)
             outcome = self._outcome
         if isinstance(outcome, NotReady):
             raise NotReady(outcome.extra["checks"])
@@ -108,6 +111,32 @@ class Readiness:
 
 
 READINESS: web.AppKey[Readiness] = web.AppKey("readiness", Readiness)
+
+
+# Readiness rounds a scrape started and stopped waiting for (asyncio keeps only weak references).
+_ROUNDS: set[asyncio.Future[ReadinessStatus]] = set()
+
+
+def _round_done(done: asyncio.Future[ReadinessStatus]) -> None:
+    _ROUNDS.discard(done)
+    if not done.cancelled():
+        done.exception()  # its outcome is in the gauge; retrieved, asyncio does not log it
+
+
+async def refresh_readiness(app: web.Application) -> None:
+    """A scrape runs a readiness round too (shared with the probes', at most one per
+    ``readiness_cache_ms``), so ``marketplace_ready`` is current where nothing probes. A round
+    slower than a metrics source may be goes on without the scrape and sets the gauge when done.
+    """
+    round_ = asyncio.ensure_future(app[READINESS].get(app))
+    _ROUNDS.add(round_)
+    round_.add_done_callback(_round_done)
+    try:
+        await within(SOURCE_READ_TIMEOUT_SECONDS, asyncio.shield(round_))
+    except (NotReady, TimeoutError):
+        pass  # not ready: the gauge says so; too slow: the round sets it when done
+    except Exception:
+        log.warning("readiness check for metrics failed", exc_info=True)
 
 
 async def _answered(check: Awaitable[Any], limit: float) -> bool:
@@ -291,6 +320,7 @@ def api_description(routes: list[Route]) -> str:
 
 def setup(app: web.Application) -> None:
     app[READINESS] = Readiness()
+    app[keys.METRICS_REFRESHERS].append(refresh_readiness)
     app[_METRICS_ALLOW] = parse_networks(app[keys.SETTINGS].metrics_allow)
     # The UI's static assets: served by path, outside the route table (not API operations).
     app.router.add_get(DOCS_STATIC_PREFIX + "/{bundle}/{name}", get_docs_asset, name="getDocsAsset")
