@@ -38,6 +38,7 @@ from marketplace.errors import (
     UnsupportedMediaType,
 )
 from marketplace.http.idempotency import IDEMPOTENCY_KEY_HEADER, KEY_PATTERN, REPLAYED_HEADER
+from marketplace.http.openapi_examples import OperationExamples
 from marketplace.http.routing import FORM_MEDIA_TYPES, AuthMode, Route
 from marketplace.moderation.errors import OffensiveContent, SendingSuspended
 from marketplace.types import JsonObject, ResponseModel
@@ -55,6 +56,7 @@ class Example(TypedDict):
 
 class MediaType(TypedDict):
     schema: JsonObject
+    example: NotRequired[JsonValue]
     examples: NotRequired[dict[str, Example]]
 
 
@@ -78,8 +80,17 @@ Parameter = TypedDict(
         "required": bool,
         "schema": JsonObject,
         "description": NotRequired[JsonValue],
+        "example": NotRequired[JsonValue],
     },
 )
+
+
+class CodeSample(TypedDict):
+    lang: str
+    label: str
+    source: str
+
+
 Operation = TypedDict(
     "Operation",
     {
@@ -93,6 +104,7 @@ Operation = TypedDict(
         "x-sends-messages": NotRequired[bool],
         "parameters": NotRequired[list[Parameter]],
         "requestBody": NotRequired[RequestBody],
+        "x-codeSamples": NotRequired[list[CodeSample]],
         "responses": NotRequired[dict[str, Response]],  # always, set last (the key order shows)
     },
 )
@@ -109,10 +121,16 @@ class Components(TypedDict):
     securitySchemes: dict[str, dict[str, str]]
 
 
+class Tag(TypedDict):
+    name: str
+    description: str
+
+
 class OpenApiDocument(TypedDict):
     openapi: str
     info: Info
     servers: list[dict[str, str]]
+    tags: list[Tag]
     paths: dict[str, dict[str, Operation]]
     components: Components
 
@@ -289,6 +307,16 @@ def error_example(error: type[MarketplaceError], code: str) -> ErrorBody:
     # Errors with spec-defined extra fields show them in their example.
     example.update(cast(ErrorExtra, getattr(error, "example_extra", {})))
     return example
+
+
+def _operation_error_example(
+    error: type[MarketplaceError], code: str, invalid: ErrorBody | None
+) -> ErrorBody:
+    if code != InvalidRequest.code:
+        return error_example(error, code)
+    # The operation's own broken field; without one, no field at all rather than another
+    # operation's.
+    return invalid or {"error": code, "message": error.default_message}
 
 
 class _Answered:
@@ -478,24 +506,27 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> OpenA
 
     paths: dict[str, dict[str, Operation]] = {}
     for route in routes:
+        samples = OperationExamples(route, schemas, resolve)
+        curl = samples.curl()
         operation: Operation = {
             "operationId": route.name,
             "summary": route.summary,
-            "tags": [route.tag],
+            "tags": [tag_of(route)],
             "security": _SECURITY[route.auth]
             + ([{route.query_credential.scheme: []}] if route.query_credential else []),
             "x-auth": route.auth.value,
-            "description": _description(route),
+            # The curl command is in the text too: Swagger UI shows descriptions, not x-codeSamples.
+            "description": _description(route) + f"\n\n**Example:**\n\n```shell\n{curl}\n```",
         }
         if route.guarded:
             operation["x-guarded"] = True
         if route.sends_messages:
             operation["x-sends-messages"] = True
         parameters: list[Parameter] = []
-        for location, model in (
-            ("path", route.path_params),
-            ("query", route.query),
-            ("header", route.header_params),
+        for location, model, values in (
+            ("path", route.path_params, samples.path),
+            ("query", route.query, samples.query),
+            ("header", route.header_params, samples.headers),
         ):
             if model is None:
                 continue
@@ -510,6 +541,8 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> OpenA
                 }
                 if "description" in prop:
                     param["description"] = prop["description"]
+                if name in values:
+                    param["example"] = values[name]
                 parameters.append(param)
         if route.idempotent:
             parameters.append(IDEMPOTENCY_PARAMETER)
@@ -523,6 +556,8 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> OpenA
             examples = _body_examples(body_schema, schemas)
             if examples:
                 media["examples"] = examples
+            elif samples.body is not None:
+                media["example"] = samples.body
             media_types = FORM_MEDIA_TYPES if route.body_form else ("application/json",)
             operation["requestBody"] = {
                 "required": not optional,
@@ -535,13 +570,19 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> OpenA
                 if route.response.__doc__
                 else "OK",
                 "content": {
-                    route.response_content_type: {"schema": refs[(route.response, "serialization")]}
+                    route.response_content_type: {
+                        "schema": refs[(route.response, "serialization")],
+                        "example": samples.response,
+                    }
                 },
             }
         elif route.response_content_type != "application/json":
+            text: MediaType = {"schema": {"type": "string"}}
+            if samples.response is not None:
+                text["example"] = samples.response
             responses[str(route.status)] = {
                 "description": "OK",
-                "content": {route.response_content_type: {"schema": {"type": "string"}}},
+                "content": {route.response_content_type: text},
             }
         else:
             responses[str(route.status)] = {"description": "OK"}
@@ -552,6 +593,7 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> OpenA
             codes = by_status.setdefault(error.status, {})
             for code in codes_of(error):
                 codes.setdefault(code, error)
+        invalid = samples.invalid_request()
         for status, codes in sorted(by_status.items()):
             responses[str(status)] = {
                 "description": "error codes: " + ", ".join(f"`{c}`" for c in codes),
@@ -559,13 +601,14 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> OpenA
                     "application/json": {
                         "schema": {"$ref": REF.format(model="ErrorResponse")},
                         "examples": {
-                            code: {"value": error_example(error, code)}
+                            code: {"value": _operation_error_example(error, code, invalid)}
                             for code, error in codes.items()
                         },
                     }
                 },
             }
         _add_response_headers(route, responses)
+        operation["x-codeSamples"] = [{"lang": "Shell", "label": "curl", "source": curl}]
         operation["responses"] = responses
         paths.setdefault(_openapi_path(route.path), {})[route.method.lower()] = operation
 
@@ -580,9 +623,121 @@ def build_openapi(routes: list[Route], *, title: str, description: str) -> OpenA
         "openapi": "3.1.0",
         "info": {"title": title, "version": API_VERSION, "description": description},
         "servers": [{"url": "/"}],
+        "tags": document_tags(routes),
         "paths": paths,
         "components": {"schemas": schemas, "securitySchemes": SECURITY_SCHEMES},
     }
+
+
+# --- tags: the spec's areas (its section 4), in its order ----------------------------------------
+
+TAGS: tuple[Tag, ...] = (
+    {
+        "name": "system",
+        "description": "**System and docs.** Health and readiness, this document and page, the "
+        "caller's permission flags, the indexer's freshness, Prometheus metrics.",
+    },
+    {
+        "name": "wallet-links",
+        "description": "**Wallet links.** Link a wallet to the account by signing a one-time "
+        "challenge (EIP-191 or EIP-712); list and revoke links. Most writes about a project need "
+        "a linked wallet of the caller.",
+    },
+    {
+        "name": "usernames",
+        "description": "**Usernames.** One public name per user (3 to 24 of `a-z`, `0-9`, `_`): "
+        "set, read, check availability, and look up many users at once.",
+    },
+    {
+        "name": "api-keys",
+        "description": "**Agent API keys.** Keys that let software act for their user "
+        "(`x-agent-api-key`): issue (the secret is shown once), rotate, revoke, audit use.",
+    },
+    {
+        "name": "projects",
+        "description": "**Projects (read).** Read models indexed from the chain: projects, their "
+        "milestones and bids. Anonymous callers see what anyone may see; invite-only projects "
+        "only show to their owner and allowed wallets.",
+    },
+    {
+        "name": "project-creation",
+        "description": "**Project creation.** Bind an on-chain project creation to its off-chain "
+        "metadata: a create intent (sessions) or direct mode (agent keys), then the claim; edit "
+        "the metadata afterwards.",
+    },
+    {
+        "name": "bid-drafts",
+        "description": "**Bid drafts.** A bidder's off-chain draft of a bid (its hash, an "
+        "artifact link, notes), created or updated by the bidder; the project owner lists them.",
+    },
+    {
+        "name": "challenge-submissions",
+        "description": "**Challenge submissions.** Off-chain records of challenge-mode "
+        "submissions, checked against the on-chain submission hash.",
+    },
+    {
+        "name": "dispute-evidence",
+        "description": "**Dispute evidence.** Evidence of the owner and the selected worker in a "
+        "dispute, one submission per party.",
+    },
+    {
+        "name": "legal",
+        "description": "**Legal assent.** The legal documents, their required versions and the "
+        "caller's acceptances. Guarded mutations check assent by the deployment's "
+        "`acceptanceMode`: `strict` refuses them until the required versions are accepted, "
+        "`implicit` (the default) records missing versions as implied assent, `off` checks "
+        "nothing. Accepting is not guarded, so a new account can always do it.",
+    },
+    {
+        "name": "messaging",
+        "description": "**Messaging.** Project chat between the owner and the selected worker, "
+        "direct messages, block, mute and reports. Sends are guarded and pass the "
+        "offensive-term filter.",
+    },
+    {
+        "name": "moderation",
+        "description": "**Moderation.** Offenses counted by the term filter, the moderation "
+        "audit trail and sending suspensions.",
+    },
+    {
+        "name": "notifications",
+        "description": "**Notifications.** E-mail deliveries, the caller's preferences per event "
+        "type and channel, and one-click unsubscribe.",
+    },
+    {
+        "name": "leaderboards",
+        "description": "**Leaderboards and agents.** Categories, milestone category tags, "
+        "leaderboards and agent profiles.",
+    },
+    {
+        "name": "verifier",
+        "description": "**Verifier.** Jobs that run deterministic checks on delivered work "
+        "(repository and artifact references, a deployed address, a repository's tests in a "
+        "sandbox) and the evidence they produce.",
+    },
+    {
+        "name": "stream",
+        "description": "**Live event stream** (our extension, not in the spec). Server-Sent "
+        "Events of the changes the caller may see; a single-use ticket opens it from a "
+        "browser's `EventSource`.",
+    },
+)
+
+# Route tables whose operations belong to another table's area of the spec.
+_TAG_OF_TABLE = {"indexer": "system", "permissions": "system"}
+
+
+def tag_of(route: Route) -> str:
+    return _TAG_OF_TABLE.get(route.tag, route.tag)
+
+
+def document_tags(routes: list[Route]) -> list[Tag]:
+    """The spec's areas that have operations, in the spec's order; a tag of no area (a test's
+    own route table) after them, without a description."""
+    used = dict.fromkeys(tag_of(route) for route in routes)
+    known = [tag for tag in TAGS if tag["name"] in used]
+    names = {tag["name"] for tag in TAGS}
+    return known + [{"name": name, "description": ""} for name in used if name not in names]
 
 
 # --- the introduction's generated parts ---------------------------------------------------------

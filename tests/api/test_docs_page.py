@@ -44,6 +44,8 @@ async def test_docs_page_is_swagger_ui_on_the_document(client: Any) -> None:
     assert re.fullmatch(r"/v1/docs/static/marketplace-[0-9a-f]{16}/docs\.js", own[0])
     script = await (await client.get(own[0])).text()
     assert 'url: "/v1/openapi.json"' in script
+    # Our search replaces Swagger UI's tag-name filter.
+    assert "opsFilter: searchOperations" in script and "filter: true" in script
     assert "persistAuthorization: true" in script and "validatorUrl: null" in script
     assert EXTERNAL_URL.findall(script) == []
 
@@ -152,22 +154,39 @@ async def test_introduction_explains_credentials_guards_errors_and_what_is_serve
 ) -> None:
     doc = await openapi(client)
     intro = doc["info"]["description"]
+    # Shown at once: credentials, the order of checks and errors; the rest is folded away.
+    shown = intro[: intro.index("<details>")]
     for text in (
         "`Authorization: Bearer <session JWT>`",
         "`x-agent-api-key: <key>`",
         "`Authorization: Bearer <scheduler secret>`",
         "`principal_mismatch`",
         "403 `email_not_verified`",
-        "403\n     `legal_acceptance_required`",
+        "403 `legal_acceptance_required`",
         "before anything in the request is validated",
         '{"error": "<machine code>", "message": "<human-readable text>"}',
         "`Retry-After`",
         "`x-request-id`",
     ):
-        assert text in intro, text
+        assert text in shown, text
+    assert len(shown) < 4000
+    for summary in (
+        "All error codes",
+        "What is implemented",
+        "Retries, idempotency and rate limits",
+        "Browsers on other origins (CORS)",
+    ):
+        assert f"<summary>{summary}</summary>" in intro, summary
+    assert intro.count("<details>") == intro.count("</details>") == 4
+    assert "`Idempotency-Key`" in intro and "`MARKETPLACE_CORS_ORIGINS`" in intro
     assert REPOSITORY_PATH.findall(intro) == []
     # The guard order stated there is the order the adapter runs.
-    assert intro.index("verified e-mail address") < intro.index("legal assent**")
+    assert (
+        intro.index("verified e-mail address")
+        < intro.index("then legal assent")
+        < intro.index("sending not suspended")
+        < intro.index("validation of path")
+    )
 
     def section(title: str) -> str:
         """The intro's part under ``title``, up to the next bold heading (empty if absent)."""
@@ -240,6 +259,44 @@ async def test_error_examples_cover_every_code_the_code_can_answer(client: Any) 
                 for code, example in media["examples"].items():
                     assert example["value"]["error"] == code
                     assert code in examples, code
+
+
+def documented_400(operation: dict[str, Any]) -> dict[str, Any]:
+    media = operation["responses"]["400"]["content"]["application/json"]
+    value: dict[str, Any] = media["examples"]["invalid_request"]["value"]
+    return value
+
+
+async def test_400_examples_are_what_the_server_answers(client: Any) -> None:
+    """The documented 400 of an operation is the answer to its own example with one field
+    broken: a required body field left out (the chat send, a guarded mutation; a wallet-link
+    challenge), a malformed path parameter."""
+    from tests.conftest import make_token
+
+    doc = await openapi(client)
+    session = {"Authorization": f"Bearer {make_token()}"}
+    for path in ("/v1/projects/{projectAddress}/chat/messages", "/v1/wallet-links/challenge"):
+        operation = doc["paths"][path]["post"]
+        expected = documented_400(operation)
+        (detail,) = expected["details"]
+        assert detail["type"] == "missing"
+        body = dict(operation["requestBody"]["content"]["application/json"]["example"])
+        del body[detail["field"]]
+        url, headers = path, dict(session)
+        for parameter in operation.get("parameters", []):
+            if parameter["in"] == "path":
+                url = url.replace("{" + parameter["name"] + "}", parameter["example"])
+            elif parameter["in"] == "header" and parameter["required"]:
+                headers[parameter["name"]] = parameter["example"]
+        resp = await client.post(url, json=body, headers=headers)
+        assert resp.status == 400, (path, await resp.text())
+        assert await resp.json() == expected, path
+    revoke = doc["paths"]["/v1/wallet-links/{walletAddress}"]["delete"]
+    expected = documented_400(revoke)
+    assert expected["details"][0]["location"] == "path"
+    resp = await client.delete("/v1/wallet-links/not-a-valid-value", headers=session)
+    assert resp.status == 400
+    assert await resp.json() == expected
 
 
 async def test_declared_codes_are_the_ones_answered(client: Any) -> None:
@@ -367,9 +424,11 @@ async def try_it(page: Any, operation_dom_id: str) -> str:
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # a browser on a loaded 2-core machine: seconds per step
 async def test_docs_page_in_chromium(client: Any, tmp_path: Path) -> None:
-    """Loads /v1/docs in headless Chromium as a reader would: the claim operation expanded shows
-    its description, the fields of both body shapes and its 409 codes; the Authorize dialog
-    offers the three credentials, and "Try it out" works with each of them."""
+    """Loads /v1/docs in headless Chromium as a reader would: the first operation is near the
+    top; the search finds operations by area, operation id and path; the chat send expanded
+    shows its realistic request example, curl command and own 400 example; the claim operation
+    shows its description, the fields of both body shapes and its 409 codes; the Authorize
+    dialog offers the three credentials, and "Try it out" works with each of them."""
     import os
 
     from playwright.async_api import async_playwright
@@ -409,8 +468,81 @@ async def test_docs_page_in_chromium(client: Any, tmp_path: Path) -> None:
             await info.locator(".title").wait_for()
             assert "Project Marketplace API" in await info.locator(".title").inner_text()
             intro = await info.locator(".description").inner_text()
-            for text in ("x-agent-api-key", "email_not_verified", "Implemented", "Messaging"):
+            for text in ("x-agent-api-key", "email_not_verified", "What is implemented"):
                 assert text in intro, text
+            # The folded sections open on a click.
+            assert "Messaging" not in intro
+            await info.locator("summary", has_text="What is implemented").click()
+            assert "Messaging" in await info.locator(".description").inner_text()
+            await info.locator("summary", has_text="What is implemented").click()
+
+            # The first operation starts near the top, after the short introduction.
+            doc = await openapi(client)
+            # In the page's order: by tag, in the order of the document's tags.
+            by_tag: dict[str, list[str]] = {tag["name"]: [] for tag in doc["tags"]}
+            for operations in doc["paths"].values():
+                for operation in operations.values():
+                    by_tag[operation["tags"][0]].append(operation["operationId"])
+            operation_ids = [name for names in by_tag.values() for name in names]
+            blocks = page.locator(".opblock")
+            await blocks.first.wait_for()
+            top = await blocks.first.evaluate("e => e.getBoundingClientRect().top + window.scrollY")
+            assert top < 1500, top
+            assert await blocks.count() == len(operation_ids)
+
+            # The search matches paths, summaries, operation ids and tags, in any case.
+            search = page.locator(".operation-filter-input")
+            assert "operation ids" in (await search.get_attribute("placeholder") or "")
+
+            async def shows(phrase: str, expected: list[str]) -> None:
+                """Types ``phrase`` and waits (React renders after the input event) until the
+                listed operations are ``expected``, by operation id in page order."""
+                await search.fill(phrase)
+                ids: list[str] = []
+                for _ in range(100):
+                    ids = await blocks.evaluate_all("els => els.map(e => e.id.split('-').pop())")
+                    if ids == expected:
+                        return
+                    await page.wait_for_timeout(100)
+                assert ids == expected, phrase
+
+            await shows("chat", ["postChatMessage", "listChatMessages"])
+            await shows("CHAT post", ["postChatMessage"])
+            await shows("sendDirectMessage", ["sendDirectMessage"])
+            await shows("/v1/messages/block", ["blockUser", "unblockUser"])
+            wallet_links = [
+                "listWalletLinks",
+                "createWalletLinkChallenge",
+                "verifyWalletLink",
+                "revokeWalletLink",
+            ]
+            await shows("wallet-links", wallet_links)
+            await shows("no such operation", [])
+            await shows("", operation_ids)
+
+            # The chat send: a realistic request example, its curl command and its own 400.
+            chat = page.locator("#operations-messaging-postChatMessage")
+            await chat.locator(".opblock-summary-control").click()
+            await chat.locator(".opblock-body").wait_for()
+            request = await chat.locator(
+                ".opblock-section-request-body .highlight-code"
+            ).inner_text()
+            assert '"body": "Hi! The first milestone is ready for review."' in request
+            assert re.search(r'"senderWalletAddress": "0x[0-9a-fA-F]{40}"', request)
+            curl = await chat.locator(".opblock-description pre").inner_text()
+            assert curl.startswith('curl -X POST "http://127.0.0.1:8080/v1/projects/0x')
+            for text in ('-H "Authorization: Bearer $TOKEN"', "x-user-wallet-address: 0x", "-d '{"):
+                assert text in curl, text
+            assert "Hi! The first milestone is ready for review." in curl
+            bad = chat.locator('.responses-table tr.response[data-code="400"]')
+            answer = await bad.locator(".highlight-code").inner_text()
+            assert "body.senderWalletAddress" in answer and "metadata" not in answer
+            created = chat.locator('.responses-table tr.response[data-code="201"]')
+            record = await created.locator(".highlight-code").inner_text()
+            assert '"kind": "project_chat"' in record
+            everything = await chat.inner_text()
+            assert '"string"' not in everything
+            await chat.locator(".opblock-summary-control").click()
 
             # The claim operation, expanded.
             claim = page.locator("#operations-project-creation-claimProject")
@@ -454,8 +586,8 @@ async def test_docs_page_in_chromium(client: Any, tmp_path: Path) -> None:
             await dialog.locator(".close-modal").click()
 
             # "Try it out" sends each credential: the anonymous call is refused, each works.
-            permissions = "operations-permissions-getPermissions"
-            indexer = "operations-indexer-getIndexerStatus"
+            permissions = "operations-system-getPermissions"
+            indexer = "operations-system-getIndexerStatus"
             assert await try_it(page, permissions) == "401"
             await authorize(page, "sessionBearer", token)
             assert await try_it(page, permissions) == "200"
