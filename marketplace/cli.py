@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
+import socket
 import sys
 import time
 import uuid
@@ -13,8 +15,8 @@ from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from marketplace.cli_commands import CAPABILITY_COMMANDS, Command
-from marketplace.logs import configure_logging
+from marketplace.cli_commands import CAPABILITY_COMMANDS, Command, plain_text
+from marketplace.logs import configure_logging, use_json_logs
 
 if TYPE_CHECKING:
     from marketplace.config import Settings
@@ -62,11 +64,57 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return load_settings(**overrides)
 
 
+def port_problem(host: str, port: int) -> str | None:
+    """Why the API could not listen on ``host:port``, or None when it can.
+
+    Checked before anything starts (``serve``, ``up``), so that a busy port costs a second, not
+    the start of every dependency and a traceback. The probe binds as aiohttp will (every
+    address ``host`` resolves to, ``SO_REUSEADDR`` on), then lets go.
+    """
+    if port == 0:
+        return None
+    where = f"port {port} on {host}"
+    elsewhere = "(set --host or MARKETPLACE_HOST, --port or MARKETPLACE_PORT)"
+    try:
+        addresses = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        return f"cannot listen on {host}: {exc.strerror} {elsewhere}"
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                # As asyncio's create_server: an IPv6 socket does not also claim IPv4.
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return f"{where} is already in use (set --port or MARKETPLACE_PORT)"
+                return f"cannot listen on {where}: {exc.strerror or exc} {elsewhere}"
+    return None
+
+
+def refuse_busy_port(command: str, settings: Settings) -> bool:
+    """Print the one-line reason ``command`` cannot listen (and say so), or do nothing."""
+    problem = port_problem(settings.host, settings.port)
+    if problem is None:
+        return False
+    print(f"marketplace {command}: {problem}", file=sys.stderr)
+    return True
+
+
 def run_service(
-    settings: Settings, *, migrate: bool, on_ready: Callable[[Settings], None] | None = None
+    settings: Settings,
+    *,
+    migrate: bool,
+    on_ready: Callable[[Settings], None] | None = None,
+    on_stopping: Callable[[], None] | None = None,
 ) -> None:
     """Serve the API with ``settings`` until interrupted (``serve``; ``up`` once it has started
-    what the settings lack); ``on_ready`` runs once it listens."""
+    what the settings lack); ``on_ready`` runs once it listens, ``on_stopping`` as soon as a
+    signal asks it to stop (before the app's contexts stop)."""
     if not settings.ray_address:
         from marketplace.actors.ray_env import prepare_local_ray_environment
 
@@ -79,6 +127,14 @@ def run_service(
         applied = asyncio.run(migrate_dsn(settings.database_url))
         log.info("migrations applied", extra={"applied": applied})
     app = create_app(settings)
+    if on_stopping is not None:
+        stopping = on_stopping
+
+        async def shutting_down(_: object) -> None:
+            stopping()
+
+        # aiohttp runs these first when the runner cleans up, before any cleanup context.
+        app.on_shutdown.append(shutting_down)
 
     def ready() -> None:
         log.info("serving", extra={"url": f"http://{settings.listen_address}/v1/"})
@@ -88,9 +144,18 @@ def run_service(
     asyncio.run(serve(app, settings.host, settings.port, on_ready=ready))
 
 
+def logging_from_settings(settings: Settings, *, interactive: bool = False) -> Settings:
+    """Configure the log (``MARKETPLACE_LOG_LEVEL``, ``MARKETPLACE_LOG_FORMAT``,
+    ``MARKETPLACE_LOG_JSON``; ``interactive``: a person watches, see
+    :func:`marketplace.logs.use_json_logs`); returns the settings with ``log_json`` saying the
+    format chosen, which the access log follows."""
+    json_logs = use_json_logs(settings.log_format, settings.log_json, interactive=interactive)
+    configure_logging(settings.log_level, json_logs)
+    return settings.model_copy(update={"log_json": json_logs})
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)
-    configure_logging(settings.log_level, settings.log_json)
+    settings = logging_from_settings(settings_from_args(args))
     required = {"database_url": settings.database_url, "redis_url": settings.redis_url}
     missing = [name for name, value in required.items() if not value]
     if not (settings.jwt_secret or settings.jwt_public_key or settings.jwks_url):
@@ -105,6 +170,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if refuse_busy_port("serve", settings):
+        return 2
     run_service(settings, migrate=not args.skip_migrations)
     return 0
 
@@ -112,8 +179,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     from marketplace.storage.migrations import migrate_dsn
 
-    settings = settings_from_args(args)
-    configure_logging(settings.log_level, settings.log_json)
+    settings = logging_from_settings(settings_from_args(args))
     if not settings.database_url:
         print("set MARKETPLACE_DATABASE_URL", file=sys.stderr)
         return 2
@@ -123,9 +189,17 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    from marketplace.auth import issue_session_token
+    from marketplace.auth import email_claim, issue_session_token
     from marketplace.config.data_dir import DataDirNotFound, locate_data_dir
 
+    if args.email is not None and email_claim(args.email) != args.email:
+        # The service would read such a claim as absent: the token would receive no e-mail.
+        print(
+            f"marketplace token: --email {args.email!r} is not an address (local@domain, "
+            "no spaces, at most 320 characters)",
+            file=sys.stderr,
+        )
+        return 2
     settings = settings_from_args(args)
     if settings.jwt_secret is not None:
         secret = settings.jwt_secret.get_secret_value()
@@ -156,15 +230,25 @@ def cmd_token(args: argparse.Namespace) -> int:
             email_verified=args.email_verified,
             ttl_seconds=args.ttl,
             now=int(time.time()),
+            email=args.email,
         )
     )
     return 0
 
 
+# The listen address flags of `serve` and `up` (the dev stack's `up` uses them too).
+HOST_HELP = "address to listen on (default: $MARKETPLACE_HOST, else 127.0.0.1)"
+PORT_HELP = "port to listen on (default: $MARKETPLACE_PORT, else 8080)"
+
+
 def configure_serve(serve: argparse.ArgumentParser) -> None:
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
-    serve.add_argument("--skip-migrations", action="store_true")
+    serve.add_argument("--host", help=HOST_HELP)
+    serve.add_argument("--port", type=int, help=PORT_HELP)
+    serve.add_argument(
+        "--skip-migrations",
+        action="store_true",
+        help="do not apply pending database migrations first (default: apply them)",
+    )
     serve.set_defaults(func=cmd_serve)
 
 
@@ -175,9 +259,33 @@ def configure_migrate(mig: argparse.ArgumentParser) -> None:
 def configure_token(token: argparse.ArgumentParser) -> None:
     from marketplace.config.data_dir import DATA_DIR_HELP
 
-    token.add_argument("--user-id", type=uuid.UUID, required=True)
-    token.add_argument("--email-verified", action=argparse.BooleanOptionalAction, default=True)
-    token.add_argument("--ttl", type=int, default=3600, help="seconds (default 3600)")
+    token.add_argument(
+        "--user-id",
+        type=uuid.UUID,
+        required=True,
+        metavar="UUID",
+        help="the user the token signs in (its sub claim); required",
+    )
+    token.add_argument(
+        "--email",
+        metavar="ADDRESS",
+        help="the user's e-mail address (the email claim): notifications go there once the "
+        "service has seen a request with the token (default: none, so no e-mail is sent)",
+    )
+    token.add_argument(
+        "--email-verified",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the email_verified claim: guarded calls need it true, and the service records "
+        "--email only from a verified token (default: --email-verified)",
+    )
+    token.add_argument(
+        "--ttl",
+        type=int,
+        default=3600,
+        metavar="SECONDS",
+        help="lifetime of the token, in seconds (default: 3600)",
+    )
     token.add_argument("--data-dir", type=Path, help=DATA_DIR_HELP)
     token.set_defaults(func=cmd_token)
 
@@ -251,7 +359,7 @@ def build_parser(configured: Collection[str] | None = None) -> argparse.Argument
     """The ``marketplace`` parser. Every command is listed (``marketplace --help``), but only
     those in ``configured`` (all when None) get their arguments: configuring a command imports
     its module, and ``main`` configures just the one being run."""
-    parser = argparse.ArgumentParser(prog="marketplace", description=__doc__)
+    parser = argparse.ArgumentParser(prog="marketplace", description=plain_text(__doc__ or ""))
     # Listed in --help; main() answers it before building a parser (see there).
     parser.add_argument(
         VERSION_FLAG, action="version", version=version_line(), help="print the version and exit"
@@ -263,16 +371,27 @@ def build_parser(configured: Collection[str] | None = None) -> argparse.Argument
     if missing:
         parser.epilog = f"{', '.join(missing)}: {DEV_STACK_MISSING}"
     for command in listed:
-        command_parser = sub.add_parser(command.name, help=command.help)
+        command_parser = sub.add_parser(
+            command.name, help=command.help, description=plain_text(command.help)
+        )
         if configured is None or command.name in configured:
-            command.load()(command_parser)
+            configure = command.load()
+            if not command_parser.description:
+                # A plugin's help is its configure function's docstring, loaded only now.
+                first_line = (configure.__doc__ or "").strip().partition("\n")[0]
+                command_parser.description = plain_text(first_line) or None
+            configure(command_parser)
             children = subcommands(command.name)
             if children:
                 actions = command_parser.add_subparsers(
                     dest=f"{command.name}_command", required=True
                 )
                 for child in children:
-                    child.load()(actions.add_parser(child.name, help=child.help))
+                    child.load()(
+                        actions.add_parser(
+                            child.name, help=child.help, description=plain_text(child.help)
+                        )
+                    )
     return parser
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -91,6 +92,17 @@ CAPABILITY_COMMANDS: dict[str, tuple[Command, ...]] = {
     # `marketplace up`, `status` and `devnet ...` are the dev stack's (devstack/), which adds
     # them through entry points (marketplace.cli.plugin_commands): never declared here.
 }
+
+
+# reStructuredText in docstrings: ``literal`` and :role:`target` (a role may be prefixed, as
+# :py:func:); `--help` shows them as `literal` and `target`.
+_RST_LITERAL = re.compile(r"``(.+?)``", re.DOTALL)
+_RST_ROLE = re.compile(r":(?:[a-z]+:)+`~?([^`]+)`")
+
+
+def plain_text(doc: str) -> str:
+    """A docstring as ``--help`` shows it: without reStructuredText markup."""
+    return _RST_ROLE.sub(r"`\1`", _RST_LITERAL.sub(r"`\1`", doc))
 
 
 def resolve(reference: str) -> Configure:

@@ -1,4 +1,5 @@
-"""Structured JSON logs carrying the id of the request being served."""
+"""Logs carrying the id of the request being served: JSON lines, or human-readable lines for a
+person watching ``marketplace up`` on a terminal (``MARKETPLACE_LOG_FORMAT``)."""
 
 from __future__ import annotations
 
@@ -36,12 +37,78 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """One line a person reads: local time, level, logger, message, then the record's extra
+    fields (``request_id`` first) as ``key=value``; a traceback follows on its own lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%H:%M:%S", time.localtime(record.created))
+        fields: dict[str, Any] = {}
+        request_id = request_id_var.get()
+        if request_id:
+            fields["request_id"] = request_id
+        for key, value in vars(record).items():
+            if key not in _STANDARD_ATTRS and not key.startswith("_"):
+                fields[key] = value
+        line = (
+            f"{stamp}.{int(record.msecs):03d} {record.levelname:<8} {record.name}: "
+            f"{record.getMessage()}"
+        )
+        if fields:
+            line += "  " + " ".join(f"{key}={_text_value(value)}" for key, value in fields.items())
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def _text_value(value: Any) -> str:
+    if not isinstance(value, str):
+        return json.dumps(value, default=str, separators=(",", ":"))
+    # Quoted only when a reader could not tell where it ends.
+    return json.dumps(value) if not value or any(c.isspace() for c in value) else value
+
+
+def _access_text(entry: dict[str, Any]) -> str:
+    """An access-log entry as :class:`TextFormatter` would write its record."""
+    now = time.time()
+    fields = dict(entry)
+    level = str(fields.pop("level", "info")).upper()
+    logger = fields.pop("logger", "marketplace.access")
+    message = fields.pop("msg", "request")
+    stamp = time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+    line = f"{stamp} {level:<8} {logger}: {message}"
+    if fields:
+        line += "  " + " ".join(f"{key}={_text_value(value)}" for key, value in fields.items())
+    return line
+
+
+def use_json_logs(log_format: str, log_json: bool, *, interactive: bool) -> bool:
+    """Whether to write JSON lines, from ``MARKETPLACE_LOG_FORMAT`` (``log_format``),
+    ``MARKETPLACE_LOG_JSON`` (``log_json``) and whether a person watches: ``interactive`` is
+    true under ``marketplace up`` with stderr a terminal.
+
+    ``json`` and ``text`` decide alone. ``auto`` gives a person text and anything else (a file,
+    a pipe, a log collector, ``serve``) what ``log_json`` says, JSON by default.
+    """
+    if log_format == "json":
+        return True
+    if log_format == "text":
+        return False
+    if interactive:
+        return False
+    return log_json
+
+
+def stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except ValueError:  # closed
+        return False
+
+
 def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    if json_logs:
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    handler.setFormatter(JsonFormatter() if json_logs else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -71,7 +138,7 @@ class AccessLog:
             entry["ts"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             self._lines.append(json.dumps(entry))
         else:
-            self._lines.append(" ".join(f"{k}={v}" for k, v in entry.items()))
+            self._lines.append(_access_text(entry))
 
     def flush(self) -> None:
         if self._lines:

@@ -14,20 +14,49 @@ from pathlib import Path
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from marketplace.cli import run_service, settings_from_args
-    from marketplace.logs import configure_logging
-    from marketplace_devstack.embedded.supervisor import run_up
+    from marketplace.cli import (
+        logging_from_settings,
+        refuse_busy_port,
+        run_service,
+        settings_from_args,
+    )
+    from marketplace.logs import stderr_is_terminal
 
     settings = settings_from_args(args)
-    configure_logging(settings.log_level, settings.log_json)
-    return run_up(settings, lambda s, ready: run_service(s, migrate=True, on_ready=ready))
+    # Before anything starts (or loads): a busy port would otherwise show only once every
+    # dependency ran.
+    if refuse_busy_port("up", settings):
+        return 2
+    from marketplace_devstack.embedded.supervisor import run_up
+
+    settings = logging_from_settings(settings, interactive=stderr_is_terminal())
+    if not settings.ray_address:
+        from marketplace.actors.ray_env import prepare_local_ray_environment
+
+        prepare_local_ray_environment()  # before Ray is imported, as `run_service` does
+        from marketplace_devstack.embedded.ray_groups import ray_processes_in_own_groups
+
+        ray_processes_in_own_groups()
+    return run_up(
+        settings,
+        lambda s, ready, stopping: run_service(
+            s, migrate=True, on_ready=ready, on_stopping=stopping
+        ),
+    )
 
 
 def configure_up(up: argparse.ArgumentParser) -> None:
     """start embedded dependencies as needed, migrate, serve"""
-    up.add_argument("--host")
-    up.add_argument("--port", type=int)
-    up.add_argument("--data-dir", type=Path, help="default: $MARKETPLACE_DATA_DIR or ./.data")
+    from marketplace.cli import HOST_HELP, PORT_HELP
+
+    up.add_argument("--host", help=HOST_HELP)
+    up.add_argument("--port", type=int, help=PORT_HELP)
+    up.add_argument(
+        "--data-dir",
+        type=Path,
+        help="where the embedded servers keep their data, created if missing "
+        "(default: $MARKETPLACE_DATA_DIR, else ./.data)",
+    )
     up.set_defaults(func=cmd_up)
 
 
@@ -39,7 +68,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def configure_status(status: argparse.ArgumentParser) -> None:
     """show where `marketplace up` runs (exit 1: nowhere)"""
-    status.add_argument("--json", action="store_true", help="print the records as JSON")
+    status.add_argument(
+        "--json", action="store_true", help="print the records as JSON (default: as text)"
+    )
     status.set_defaults(func=cmd_status)
 
 

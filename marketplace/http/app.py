@@ -93,7 +93,14 @@ async def _redis(app: web.Application) -> AsyncIterator[None]:
 
 async def _ray(app: web.Application) -> AsyncIterator[None]:
     runtime = ActorRuntime(app[keys.SETTINGS], database_url=app[keys.SETTINGS].database_url)
-    await runtime.connect_async()
+    try:
+        await runtime.connect_async()
+    except BaseException:
+        # Interrupted while connecting (Ctrl-C while `up` starts): the connect goes on in its
+        # thread. Wait for it and stop what it started, rather than leave a private Ray runtime
+        # to whoever cleans up after this process.
+        runtime.shutdown()
+        raise
     app[keys.ACTORS] = runtime
     app[keys.PROJECT_SHARDS] = ShardRouter(runtime, ShardFamily.PROJECT)
     app[keys.PROJECT_SHARDS].warm()

@@ -95,7 +95,12 @@ def cmd_admin(args: argparse.Namespace) -> int:
 
 
 def _configure(action: argparse.ArgumentParser, *, show: bool) -> None:
-    action.add_argument("--user-id", type=uuid.UUID, required=True)
+    action.add_argument(
+        "--user-id",
+        type=uuid.UUID,
+        required=True,
+        help="the user (the `sub` of their session token); required",
+    )
     action.add_argument("--data-dir", type=Path, help=DATA_DIR_HELP)
     if not show:
         action.add_argument(

@@ -94,18 +94,30 @@ def configure(group: argparse.ArgumentParser) -> None:
         parser.set_defaults(func=cmd_categories)
     for parser in (add, update, deactivate):
         parser.add_argument("--slug", required=True, help="^[a-z0-9]+(?:-[a-z0-9]+)*$")
-    add.add_argument("--display-name", required=True)
-    add.add_argument("--description")
+    add.add_argument("--display-name", required=True, help="the name shown to people")
+    add.add_argument("--description", help="a sentence shown with it (default: none)")
     add.add_argument("--sort-order", type=int, required=True, help=">= 1")
     add.add_argument("--inactive", action="store_true", help="add it deactivated")
-    update.add_argument("--display-name")
+    update.add_argument("--display-name", help="a new display name (default: unchanged)")
     text = update.add_mutually_exclusive_group()
-    text.add_argument("--description")
-    text.add_argument("--clear-description", action="store_true")
+    text.add_argument("--description", help="a new description (default: unchanged)")
+    text.add_argument("--clear-description", action="store_true", help="remove the description")
     update.add_argument("--sort-order", type=int, help=">= 1")
     state = update.add_mutually_exclusive_group()
-    state.add_argument("--active", dest="active", action="store_const", const=True)
-    state.add_argument("--inactive", dest="active", action="store_const", const=False)
+    state.add_argument(
+        "--active",
+        dest="active",
+        action="store_const",
+        const=True,
+        help="accept it in new tags again (default: unchanged)",
+    )
+    state.add_argument(
+        "--inactive",
+        dest="active",
+        action="store_const",
+        const=False,
+        help="refuse it in new tags (default: unchanged)",
+    )
 
 
 async def _rebuild(dsn: str) -> dict[str, Any]:

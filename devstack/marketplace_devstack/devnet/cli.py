@@ -67,6 +67,7 @@ from marketplace.chain.enums import (
     ProjectStatus,
     label,
 )
+from marketplace.cli_commands import plain_text
 from marketplace.config.data_dir import DATA_DIR_HELP, DataDirNotFound, locate_data_dir
 from marketplace_devstack.devnet.client import (
     USDC,
@@ -762,10 +763,15 @@ def configure(devnet: argparse.ArgumentParser) -> None:
     """``marketplace devnet``'s sub-commands (declared in :mod:`marketplace_devstack.commands`)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data-dir", type=Path, help=DATA_DIR_HELP)
-    common.add_argument("--rpc-url", help="default: the URL `marketplace up` recorded")
-    common.add_argument("--json", action="store_true", help="print one JSON object")
+    common.add_argument(
+        "--rpc-url",
+        help="the devnet's JSON-RPC URL (default: the one `marketplace up` recorded)",
+    )
+    common.add_argument(
+        "--json", action="store_true", help="print one JSON object (default: text lines)"
+    )
 
-    devnet.description = __doc__
+    devnet.description = plain_text(__doc__ or "")
     devnet.formatter_class = argparse.RawDescriptionHelpFormatter
     sub = devnet.add_subparsers(dest="devnet_command", required=True)
 
@@ -790,19 +796,53 @@ def configure(devnet: argparse.ArgumentParser) -> None:
     p = command("create", cmd_create, "create a project (standard, or challenge funded+opened)")
     p.description = CREATE_HELP
     p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.add_argument("--mode", choices=("standard", "challenge"), default="standard")
-    p.add_argument("--owner", default="3", help="account index or address (default 3)")
-    p.add_argument("--milestones", type=int, default=2, help="standard: 1..100 (default 2)")
-    p.add_argument("--invite-only", action="store_true", help="standard only")
-    p.add_argument("--bond", type=usdc_amount, default=50 * USDC, help="bid bond, USDC (50)")
-    p.add_argument("--payout", type=usdc_amount, default=1000 * USDC, help="challenge, USDC")
-    p.add_argument("--submission-window", type=duration, default=3 * 86400, help="default 3d")
-    p.add_argument("--response-window", type=duration, default=2 * 86400, help="default 2d")
-    p.add_argument("--draft", action="store_true", help="challenge: create without opening")
-    p.add_argument("--config-hash", help="bytes32 (else computed from --title ...)")
-    p.add_argument("--title")
-    p.add_argument("--description")
-    p.add_argument("--repo-url")
+    p.add_argument(
+        "--mode",
+        choices=("standard", "challenge"),
+        default="standard",
+        help="the project's mode (default: %(default)s)",
+    )
+    p.add_argument("--owner", default="3", help="account index or address (default: 3)")
+    p.add_argument("--milestones", type=int, default=2, help="standard: 1..100 (default: 2)")
+    p.add_argument(
+        "--invite-only",
+        action="store_true",
+        help="standard only: bidders must be on the allowlist (default: anyone may bid)",
+    )
+    p.add_argument(
+        "--bond", type=usdc_amount, default=50 * USDC, help="bid bond, USDC (default: 50)"
+    )
+    p.add_argument(
+        "--payout",
+        type=usdc_amount,
+        default=1000 * USDC,
+        help="challenge: the prize, USDC (default: 1000)",
+    )
+    p.add_argument(
+        "--submission-window",
+        type=duration,
+        default=3 * 86400,
+        help="challenge: how long entries may be submitted (default: 3d)",
+    )
+    p.add_argument(
+        "--response-window",
+        type=duration,
+        default=2 * 86400,
+        help="challenge: how long the owner has to respond to entries (default: 2d)",
+    )
+    p.add_argument(
+        "--draft",
+        action="store_true",
+        help="challenge: create without funding and opening (default: funded and opened)",
+    )
+    p.add_argument(
+        "--config-hash",
+        help="bytes32 configHash, verbatim (default: computed from --title, --description, "
+        "--repo-url)",
+    )
+    p.add_argument("--title", help="the project's title, hashed into configHash (default: none)")
+    p.add_argument("--description", help="its description, hashed likewise (default: none)")
+    p.add_argument("--repo-url", help="its repository URL, hashed likewise (default: none)")
     intent = p.add_argument_group(
         "intent mode (session users)",
         "with these the configHash is the intent-mode hash; without them, the direct-mode one",
@@ -816,8 +856,11 @@ def configure(devnet: argparse.ArgumentParser) -> None:
     intent.add_argument("--intent-nonce", help="bytes32 intentNonce of the create intent")
     intent.add_argument("--user-id", help="uuid of the user who created the intent (required)")
 
+    def project(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("project", help="the project's address")
+
     p = command("open", cmd_open, "open bidding (a challenge draft is funded first)")
-    p.add_argument("project")
+    project(p)
     sender(p, who="the owner")
 
     allowlist = sub.add_parser("allowlist", help="edit an invite-only project's allowlist")
@@ -825,70 +868,111 @@ def configure(devnet: argparse.ArgumentParser) -> None:
     for name in ("add", "remove"):
         p = allowlist_sub.add_parser(name, parents=[common], help=f"{name} accounts")
         p.set_defaults(func=run, devnet_func=cmd_allowlist)
-        p.add_argument("project")
+        project(p)
         p.add_argument("accounts", nargs="+", help="account indexes or addresses")
         sender(p, who="the owner")
 
     p = command("bid", cmd_bid, "post a bid (the bond is minted/approved as needed)")
-    p.add_argument("project")
+    project(p)
     sender(p, required=True)
-    p.add_argument("--payouts", type=_list_of(usdc_amount), help="USDC per milestone (100 each)")
-    p.add_argument("--durations", type=_list_of(duration), help="per milestone (7d each)")
-    p.add_argument("--bid-hash")
+    p.add_argument(
+        "--payouts",
+        type=_list_of(usdc_amount),
+        help="USDC per milestone, comma-separated (default: 100 each)",
+    )
+    p.add_argument(
+        "--durations",
+        type=_list_of(duration),
+        help="duration per milestone, comma-separated (default: 7d each)",
+    )
+    p.add_argument(
+        "--bid-hash", help="the bid's reference hash (default: one derived from the project)"
+    )
 
     p = command("select", cmd_select, "select a bid (standard) or the winner (challenge)")
-    p.add_argument("project")
+    project(p)
     p.add_argument("bidder", help="account index or address")
-    p.add_argument("--decision-hash", help="challenge only")
+    p.add_argument(
+        "--decision-hash",
+        help="challenge only: the decision's hash (default: one derived from the project)",
+    )
     sender(p, who="the owner")
 
     p = command("submit", cmd_submit, "submit a milestone (standard) or a challenge entry")
-    p.add_argument("project")
+    project(p)
     milestone(p, "the current one")
-    p.add_argument("--hash", help="delivery reference / submission hash")
+    p.add_argument(
+        "--hash",
+        help="delivery reference / submission hash (default: one derived from the project)",
+    )
     sender(p, who="the selected builder")
 
     p = command("approve", cmd_approve, "approve a submitted milestone")
-    p.add_argument("project")
+    project(p)
     milestone(p, "the current one")
     sender(p, who="the owner")
 
     p = command("dispute", cmd_dispute, "raise a dispute on a milestone")
-    p.add_argument("project")
+    project(p)
     milestone(p, "the current one")
-    p.add_argument("--reason", choices=sorted(_REASONS), default="low-quality")
-    p.add_argument("--reason-hash")
+    p.add_argument(
+        "--reason",
+        choices=sorted(_REASONS),
+        default="low-quality",
+        help="why (default: %(default)s)",
+    )
+    p.add_argument(
+        "--reason-hash", help="the reason's reference hash (default: one derived from the project)"
+    )
     sender(p, who="owner; the builder for owner-inaction")
 
     p = command("evidence", cmd_evidence, "submit dispute evidence")
-    p.add_argument("project")
+    project(p)
     milestone(p, "the disputed one")
-    p.add_argument("--evidence-hash")
+    p.add_argument(
+        "--evidence-hash", help="the evidence's hash (default: one derived from the project)"
+    )
     sender(p, required=True)
 
     p = command("attest", cmd_attest, "attest a disputed milestone, signed by the dev verifier key")
-    p.add_argument("project")
+    project(p)
     verdict = p.add_mutually_exclusive_group(required=True)
-    verdict.add_argument("--passes", dest="passes", action="store_true")
-    verdict.add_argument("--fails", dest="passes", action="store_false")
+    verdict.add_argument(
+        "--passes", dest="passes", action="store_true", help="the milestone passes"
+    )
+    verdict.add_argument("--fails", dest="passes", action="store_false", help="the milestone fails")
     milestone(p, "the disputed one")
-    p.add_argument("--evidence-hash")
-    p.add_argument("--deadline-seconds", type=duration, default=3600, help="validity (1h)")
+    p.add_argument(
+        "--evidence-hash", help="the evidence's hash (default: one derived from the project)"
+    )
+    p.add_argument(
+        "--deadline-seconds",
+        type=duration,
+        default=3600,
+        help="how long the attestation stays valid (default: 1h)",
+    )
     p.add_argument("--nonce", type=int, help="default: random (single use per signer)")
     sender(p, who="account 9")
 
     p = command("resolve", cmd_resolve, "resolve a dispute as the dispute multisig")
-    p.add_argument("project")
-    p.add_argument("--outcome", choices=("approve", "reject"), required=True)
-    p.add_argument("--slash", type=usdc_amount, default=0, help="USDC of the builder's bond")
+    project(p)
+    p.add_argument(
+        "--outcome",
+        choices=("approve", "reject"),
+        required=True,
+        help="approve or reject the milestone (required)",
+    )
+    p.add_argument(
+        "--slash", type=usdc_amount, default=0, help="USDC of the builder's bond (default: 0)"
+    )
     sender(p, who="the project's dispute multisig")
 
     p = command("finalize", cmd_finalize, "finalize a dispute after its window")
-    p.add_argument("project")
+    project(p)
     sender(p, who="account 0")
 
     p = command("show", cmd_show, "print a project's on-chain state")
-    p.add_argument("project")
+    project(p)
 
     p = command(
         "link-wallet",
@@ -903,17 +987,33 @@ def configure(devnet: argparse.ArgumentParser) -> None:
     )
 
     p = command("advance-time", cmd_advance_time, "evm_increaseTime + evm_mine")
-    p.add_argument("--seconds", type=duration, required=True)
+    p.add_argument(
+        "--seconds", type=duration, required=True, help="how far, e.g. 90, 15m, 3d (required)"
+    )
 
     p = command("mine", cmd_mine, "mine blocks and/or switch automine")
-    p.add_argument("--blocks", type=int, default=1)
-    p.add_argument("--automine", choices=("on", "off"))
+    p.add_argument("--blocks", type=int, default=1, help="blocks to mine (default: 1)")
+    p.add_argument(
+        "--automine",
+        choices=("on", "off"),
+        help="switch automining on or off (default: left as it is)",
+    )
 
     p = command("seed", cmd_seed, "fill the chain with projects in every status, quickly")
-    p.add_argument("--projects", type=int, default=200)
-    p.add_argument("--milestones", type=int, default=5, help="per standard project (1..100)")
     p.add_argument(
-        "--accounts", type=int, default=DEFAULT_ACCOUNTS, help="participating accounts (>= 4)"
+        "--projects", type=int, default=200, help="projects to create (default: %(default)s)"
+    )
+    p.add_argument(
+        "--milestones",
+        type=int,
+        default=5,
+        help="per standard project, 1..100 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--accounts",
+        type=int,
+        default=DEFAULT_ACCOUNTS,
+        help="participating accounts, >= 4 (default: %(default)s)",
     )
     p.add_argument("--seed", type=int, help="random seed (default: random)")
     p.add_argument(

@@ -11,8 +11,9 @@ died is adopted by init, and programs that set their process title, such as Post
 and Ray's agents, overwrite the environment the kernel shows):
 
 - ``up``'s descendants, remembered every second while it runs;
-- members of ``up``'s process group, when ``up`` leads its own group (Ray's daemons and agents
-  stay in it);
+- members of ``up``'s process group, when ``up`` leads its own group (anything started there
+  that left no other trace; the embedded servers and Ray's daemons run in groups of their own,
+  out of reach of the terminal's signals);
 - processes whose environment carries ``up``'s marker (``MARKETPLACE_UP_INSTANCE=<token>``, put
   in ``up``'s environment before it starts anything: Ray's workers, which make groups of their
   own);

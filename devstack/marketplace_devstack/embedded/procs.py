@@ -104,10 +104,20 @@ def parent_death_signal(sig: int) -> Callable[[], None] | None:
 
 
 def child_options(death_signal: int = signal.SIGTERM) -> dict[str, Any]:
-    """``Popen`` keyword arguments for an embedded server: dies with us, holds our lock."""
+    """``Popen`` keyword arguments for an embedded server: dies with us, holds our lock, and
+    runs in a session of its own.
+
+    The session keeps the server out of the terminal's foreground process group: Ctrl-C (and a
+    SIGTERM sent to ``up``'s group) reaches ``up`` alone, which then stops the app before the
+    servers it uses, in order. Were the servers to get the signal too, they would exit under the
+    running app and the supervisor would see them die. Leaving the group costs no safety: the
+    parent-death signal and the guardian (which remembers ``up``'s descendants) still stop
+    them when ``up`` is killed.
+    """
     return {
         "preexec_fn": parent_death_signal(death_signal),
         "pass_fds": inherited_fds(),
+        "start_new_session": True,
     }
 
 

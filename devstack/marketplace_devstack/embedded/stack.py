@@ -7,6 +7,7 @@ Later capabilities (the chain devnet) append their own starter to ``STARTERS``.
 :meth:`EmbeddedStack.watch` supervises what was started: a server that exits on its own is
 started again on the same port (so every URL handed out stays valid), up to ``RESTART_LIMIT``
 times within ``RESTART_WINDOW_SECONDS``; past that, ``on_fatal`` is called and ``up`` stops.
+Once ``up`` begins to shut down (:meth:`EmbeddedStack.begin_shutdown`), nothing is restarted.
 """
 
 from __future__ import annotations
@@ -124,6 +125,9 @@ class EmbeddedStack:
     def __init__(self) -> None:
         self.started: list[Stoppable] = []
         self._stopping = threading.Event()
+        # Set when `up` starts shutting down (a signal came), before the app stops: from then on
+        # a server that exits is never started again, whatever the reason it exited.
+        self._shutting_down = threading.Event()
         # Held while a server is restarted or stopped, so the two never overlap.
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
@@ -154,6 +158,14 @@ class EmbeddedStack:
                 pids[label] = pid
         return pids
 
+    def begin_shutdown(self) -> None:
+        """No restart from now on; :meth:`stop` follows once the app has stopped.
+
+        The watcher thread keeps running (without restarting anything) until :meth:`stop`: a
+        server it restarted earlier holds a parent-death signal bound to it.
+        """
+        self._shutting_down.set()
+
     def watch(
         self, on_fatal: Callable[[str], None], on_restart: Callable[[], object] | None = None
     ) -> None:
@@ -180,12 +192,18 @@ class EmbeddedStack:
                 if not hasattr(server, "exit_status"):
                     continue
                 watched: Supervised = server  # type: ignore[assignment]
+                if self._shutting_down.is_set():
+                    break
                 status = watched.exit_status()
                 if status is None and id(watched) not in failed:
                     continue
                 with self._lock:
                     if self._stopping.is_set():
                         return
+                    if self._shutting_down.is_set():
+                        # Exited while `up` stops: expected; `stop` ends it for good.
+                        log.info("embedded %s exited during shutdown", watched.label)
+                        break
                     recent = history.setdefault(watched.label, deque())
                     now = time.monotonic()
                     while recent and now - recent[0] > RESTART_WINDOW_SECONDS:
@@ -219,6 +237,7 @@ class EmbeddedStack:
                             log.exception("could not record the restart")
 
     def stop(self) -> None:
+        self._shutting_down.set()
         self._stopping.set()
         with self._lock:
             while self.started:

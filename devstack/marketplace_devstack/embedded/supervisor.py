@@ -8,6 +8,10 @@
   run's marker (Ray's processes) when ``up`` is gone, however it went.
 - A dependency that dies is restarted on the same port by the stack's watcher
   (:meth:`EmbeddedStack.watch`); one that keeps dying makes ``up`` stop everything and exit 1.
+- The terminal's signals are for ``up`` alone: the embedded servers run in sessions of their own
+  and Ray's processes in groups of their own (:mod:`marketplace_devstack.embedded.ray_groups`),
+  so Ctrl-C (or SIGTERM to ``up``'s group) reaches ``up``, which stops the app, then Ray, then
+  anvil, SMTP, Redis and PostgreSQL, restarting nothing once the signal came.
 
 See docs/architecture.md, "Supervision".
 """
@@ -21,10 +25,12 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from marketplace.config import Settings
 from marketplace.config.data_dir import UpRun, pid_alive, state_file
@@ -180,14 +186,16 @@ def _own_process_group() -> int | None:
     return os.getpid()
 
 
-ServeFn = Callable[[Settings, Callable[[Settings], None]], None]
+ServeFn = Callable[[Settings, Callable[[Settings], None], Callable[[], None]], None]
 
 
 def run_up(settings: Settings, serve: ServeFn) -> int:
     """Lock the data dir, start the embedded stack, serve until a signal; stop everything.
 
-    ``serve(settings, on_ready)`` runs the HTTP server until SIGINT/SIGTERM and calls
-    ``on_ready(settings)`` once it listens. Returns the process exit status.
+    ``serve(settings, on_ready, on_stopping)`` runs the HTTP server until SIGINT/SIGTERM, calls
+    ``on_ready(settings)`` once it listens and ``on_stopping()`` as soon as a signal asks it to
+    stop: from then on the embedded servers are never restarted, and they are stopped (newest
+    first) once the app has stopped using them. Returns the process exit status.
     """
     lock = DataDirLock(settings.data_dir)
     try:
@@ -201,6 +209,8 @@ def run_up(settings: Settings, serve: ServeFn) -> int:
     recorded: list[str] = []
     served = False
     previous_term = signal.signal(signal.SIGTERM, _interrupt)
+    previous_unraisable = sys.unraisablehook
+    sys.unraisablehook = _redeliver_interrupts(previous_unraisable)
     try:
         keeper.start()
 
@@ -239,11 +249,14 @@ def run_up(settings: Settings, serve: ServeFn) -> int:
             )
 
         settings = stack.start(settings)
-        serve(settings, ready)
+        serve(settings, ready, stack.begin_shutdown)
         served = True  # the server logged "stopping" when the signal came
     except KeyboardInterrupt:
         pass
     finally:
+        # Stopping now: a Ctrl-C that comes during the stop is no longer one to give back.
+        sys.unraisablehook = previous_unraisable
+        stack.begin_shutdown()
         if not served:
             log.info("stopping")
         if recorded:
@@ -257,6 +270,25 @@ def run_up(settings: Settings, serve: ServeFn) -> int:
             signal.signal(signal.SIGTERM, previous_term)
         log.info("stopped", extra={"failure": failures[0]} if failures else {})
     return 1 if failures else 0
+
+
+def _redeliver_interrupts(hook: Callable[[Any], object]) -> Callable[[Any], object]:
+    """An unraisable-exception hook that gives a swallowed Ctrl-C a second chance.
+
+    A signal's KeyboardInterrupt is raised wherever the main thread is; when that is a finalizer
+    (an asyncio transport's ``__del__`` right after the migrations, say), Python prints
+    "Exception ignored" and drops it, and ``up`` would start as if nobody had asked it to stop.
+    """
+
+    def redeliver(unraisable: Any) -> object:  # sys.UnraisableHookArgs
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            # From another thread, a moment later: delivered now, it would be raised (and
+            # dropped) in this hook, which still runs in the finalizer's context.
+            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+            return None
+        return hook(unraisable)
+
+    return redeliver
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
