@@ -38,8 +38,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     public_base_url: str = ""
-    # A web app's base URL: links in e-mails open its pages (templated by type, docs/notifications.md)
-    # instead of the API's resources. Empty: links go to API resources under public_base_url.
+    # A web app's base URL: links in e-mails open its pages (templated by type,
+    # docs/notifications.md) instead of the API's resources. Empty: links go to API resources
+    # under public_base_url.
     public_app_url: str = ""
 
     # External dependencies; empty means "start an embedded one" under `marketplace up`.

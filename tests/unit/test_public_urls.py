@@ -12,7 +12,7 @@ from marketplace.config import Settings
 @pytest.mark.parametrize("field", ["public_base_url", "public_app_url"])
 @pytest.mark.parametrize("value", ["", "https://app.example", "http://127.0.0.1:8080/base/"])
 def test_accepted(field: str, value: str) -> None:
-    assert getattr(Settings(**{field: value}), field) == value
+    assert getattr(Settings.model_validate({field: value}), field) == value
 
 
 @pytest.mark.parametrize("field", ["public_base_url", "public_app_url"])
@@ -21,5 +21,5 @@ def test_accepted(field: str, value: str) -> None:
 )
 def test_refused_naming_the_setting(field: str, value: str) -> None:
     with pytest.raises(ValidationError) as raised:
-        Settings(**{field: value})
+        Settings.model_validate({field: value})
     assert field in str(raised.value)
