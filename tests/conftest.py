@@ -49,6 +49,7 @@ SERIAL_GROUPS = {
     # start none: each is a group of its own).
     "tests/integration/up/test_running.py": "up-stacks",
     "tests/integration/up/test_supervision.py": "up-stacks",
+    "tests/integration/up/test_signals.py": "up-stacks",
 }
 
 

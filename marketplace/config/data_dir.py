@@ -160,8 +160,15 @@ def locate_data_dir(explicit: Path | None) -> Path:
 
 
 def postgres_dsn(password: str, port: int, database: str = POSTGRES_DATABASE) -> str:
-    """The DSN of the embedded PostgreSQL listening on ``port`` (loopback, password auth)."""
-    return f"postgresql://{POSTGRES_SUPERUSER}:{quote(password)}@127.0.0.1:{port}/{database}"
+    """The DSN of the embedded PostgreSQL listening on ``port`` (loopback, password auth).
+
+    ``sslmode=disable``: the embedded server has no TLS, so the default ``prefer`` only costs a
+    round trip per connection, and a connect cancelled during that exchange (Ctrl-C while ``up``
+    starts) leaves asyncpg a future nobody reads, which asyncio logs at error level."""
+    return (
+        f"postgresql://{POSTGRES_SUPERUSER}:{quote(password)}@127.0.0.1:{port}/{database}"
+        "?sslmode=disable"
+    )
 
 
 def embedded_postgres_dsn(data_dir: Path) -> str | None:
