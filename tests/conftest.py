@@ -38,18 +38,23 @@ from tests.support.smtp import smtp_server  # noqa: F401  (a fixture for every s
 pytest_plugins = ["tests.support.completeness"]
 
 # Under pytest-xdist (`--dist loadgroup`), a test file runs on one worker, so module-scoped
-# fixtures (a module's app, chain deployment, Ray namespace) are built once. The files under each
-# prefix below run one at a time on a single worker: they start Ray clusters of their own
-# (`ray start`) or whole `marketplace up` stacks and kill processes on purpose, and their timings
-# assume one such test at a time. The two groups may run at once on different workers.
+# fixtures (a module's app, chain deployment, Ray namespace) are built once. The files below run
+# one at a time on a single worker: they start Ray clusters of their own (`ray start`) or whole
+# `marketplace up` stacks and kill processes on purpose, and their timings assume one such test
+# at a time. They were two groups that could run at once on the two workers; on a slower day of
+# this 2-core machine an `up` starting beside a Ray head restarting from Redis kept the head
+# past Ray's fixed 30 s node start-up wait (`ray start` failed, so did the head-loss tests). One
+# group costs no wall time: it is about 10 minutes of the other worker's 16.
+HEAVY = "heavy-stacks"
 SERIAL_GROUPS = {
-    "tests/integration/multinode/": "ray-clusters",
-    "tests/integration/verifier/test_two_node.py": "ray-clusters",
+    "tests/integration/multinode/": HEAVY,
+    "tests/integration/verifier/test_two_node.py": HEAVY,
     # Only the files that start `marketplace up` (test_cli_data_dir.py and test_guardian.py
     # start none: each is a group of its own).
-    "tests/integration/up/test_running.py": "up-stacks",
-    "tests/integration/up/test_supervision.py": "up-stacks",
-    "tests/integration/up/test_signals.py": "up-stacks",
+    "tests/integration/up/test_running.py": HEAVY,
+    "tests/integration/up/test_supervision.py": HEAVY,
+    "tests/integration/up/test_signals.py": HEAVY,
+    "tests/integration/devnet/test_walkthrough.py": HEAVY,
 }
 
 

@@ -21,6 +21,7 @@ from marketplace.outbox.consumer import EventStream, event_from_row
 from marketplace.storage.repositories import events as repo
 from tests.conftest import Servers
 from tests.integration.events.conftest import RelayStarter, committed_ids
+from tests.support.waiting import eventually
 
 PRODUCERS = 32
 TRANSACTIONS_PER_PRODUCER = 6
@@ -73,6 +74,11 @@ async def run_transaction(
         return
     await transaction.commit()
     tx.committed = time.monotonic()
+
+
+async def no_committed_event_unpositioned(pool: asyncpg.Pool) -> bool:
+    # Another session's uncommitted rows are invisible here: only committed ones count.
+    return not await pool.fetchval("SELECT EXISTS (SELECT FROM events WHERE position IS NULL)")
 
 
 async def durable_consumer(pool: asyncpg.Pool, seen: list[Event]) -> None:
@@ -140,6 +146,14 @@ async def test_random_commit_order_is_seen_once_in_commit_order_by_every_kind_of
         long = [asyncio.create_task(producer(w, connections[w])) for w in range(2)]
         await asyncio.sleep(0.05)  # the long ones append first
         await asyncio.gather(*short)
+        # Every short transaction positioned before the long ones commit: a positioning round
+        # that found both would order them by xid (the long ones began first), which is a valid
+        # order, but not the one the last assertion below checks for.
+        await eventually(
+            lambda: no_committed_event_unpositioned(pool),
+            within=30,
+            what="the short transactions' events positioned",
+        )
         release_long.set()
         await asyncio.gather(*long)
         done.set()
