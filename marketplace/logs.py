@@ -50,15 +50,23 @@ class TextFormatter(logging.Formatter):
         for key, value in vars(record).items():
             if key not in _STANDARD_ATTRS and not key.startswith("_"):
                 fields[key] = value
-        line = (
-            f"{stamp}.{int(record.msecs):03d} {record.levelname:<8} {record.name}: "
-            f"{record.getMessage()}"
+        line = _text_line(
+            f"{stamp}.{int(record.msecs):03d}",
+            record.levelname,
+            record.name,
+            record.getMessage(),
+            fields,
         )
-        if fields:
-            line += "  " + " ".join(f"{key}={_text_value(value)}" for key, value in fields.items())
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
+
+
+def _text_line(stamp: str, level: str, logger: str, message: str, fields: dict[str, Any]) -> str:
+    line = f"{stamp} {level:<8} {logger}: {message}"
+    if fields:
+        line += "  " + " ".join(f"{key}={_text_value(value)}" for key, value in fields.items())
+    return line
 
 
 def _text_value(value: Any) -> str:
@@ -76,10 +84,7 @@ def _access_text(entry: dict[str, Any]) -> str:
     logger = fields.pop("logger", "marketplace.access")
     message = fields.pop("msg", "request")
     stamp = time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
-    line = f"{stamp} {level:<8} {logger}: {message}"
-    if fields:
-        line += "  " + " ".join(f"{key}={_text_value(value)}" for key, value in fields.items())
-    return line
+    return _text_line(stamp, level, logger, message, fields)
 
 
 def use_json_logs(log_format: str, log_json: bool, *, interactive: bool) -> bool:

@@ -24,19 +24,8 @@ if [ "$#" -eq 0 ]; then
     set -- serve --host 0.0.0.0 --port 8080
 fi
 
-# The same rule as deploy/docker/refuse-placeholders.sh (compose's preflight), which the image
-# does not carry. Names only: a value may span lines.
-placeholders=""
-for name in $(env | sed -n 's/^\([A-Za-z_][A-Za-z0-9_]*\)=.*/\1/p' | sort -u); do
-    eval "value=\${$name-}"
-    case "$value" in
-        *CHANGE_ME*) placeholders="$placeholders $name" ;;
-    esac
-done
-if [ -n "$placeholders" ]; then
-    echo "refusing to start: still the CHANGE_ME placeholder in:$placeholders" >&2
-    exit 2
-fi
+# compose's preflight check, shipped beside this script (in the image: /usr/local/bin).
+sh "$(dirname "$0")/refuse-placeholders.sh" || exit 2
 
 if [ "${MARKETPLACE_REGISTRY_ADDRESS:-}" = "devnet" ]; then
     manifest="${DEVNET_DEPLOYMENT_FILE:-/devnet/deployment.json}"

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Refuses to go on while a variable of the environment still holds the CHANGE_ME placeholder of
 # deploy/compose.env.example or deploy/kubernetes/*.env.example: compose's `preflight` service
-# runs it with every secret before anything else starts. `${VAR:?}` in compose.yaml refuses a
+# runs it with every secret before anything else starts, and the frontend entrypoint
+# (marketplace-frontend.sh) before it starts a frontend. `${VAR:?}` in compose.yaml refuses a
 # missing or empty value; a copied example's value is neither, so it would otherwise be used.
 # Prints the variables' names (never their values) and exits 1; exits 0 when none holds it.
 # Usage: refuse-placeholders.sh   (reads its own environment)

@@ -35,7 +35,6 @@ class LinkKind:
     """One kind of thing an e-mail links to: its API resource (``api``, a path below the public
     base URL) and the web app's page for it (``app``, below ``MARKETPLACE_PUBLIC_APP_URL``)."""
 
-    name: str
     api: str
     app: str
 
@@ -43,12 +42,9 @@ class LinkKind:
         return self.api.format(**{k: quote(v, safe="") for k, v in values.items()})
 
 
-PROJECT = LinkKind("project", "/v1/projects/{address}", "{app}/projects/{address}")
-PROJECT_CHAT = LinkKind(
-    "project_chat", "/v1/projects/{address}/chat/messages", "{app}/projects/{address}/chat"
-)
+PROJECT = LinkKind("/v1/projects/{address}", "{app}/projects/{address}")
+PROJECT_CHAT = LinkKind("/v1/projects/{address}/chat/messages", "{app}/projects/{address}/chat")
 DIRECT_MESSAGE_THREAD = LinkKind(
-    "direct_message_thread",
     "/v1/messages/dm/threads/{thread_id}/messages",
     "{app}/messages/{thread_id}",
 )
