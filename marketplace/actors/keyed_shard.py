@@ -345,6 +345,22 @@ class ShardRouter:
         for index in range(self.count):
             self._handle(index)
 
+    async def wait_started(self) -> bool:
+        """Wait (at most the start budget) until every shard's process runs; False, with a
+        warning logged, if one did not start or its creation failed."""
+        names = [self._handle(index)[0] for index in range(self.count)]
+        results = await asyncio.gather(
+            *(self.runtime.started(name) for name in names), return_exceptions=True
+        )
+        failed = {
+            name: repr(result)
+            for name, result in zip(names, results, strict=True)
+            if isinstance(result, BaseException)
+        }
+        if failed:
+            log.warning("shards did not start", extra={"shards": failed})
+        return not failed
+
     async def ping(self, key: str) -> ShardPing:
         """Ping the shard owning ``key`` (its process id tells a restart)."""
         name, handle = self._handle(self.index_for(key))

@@ -21,7 +21,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import ray
@@ -67,6 +67,11 @@ class Probe(enum.Enum):
     GCS_UNREACHABLE = "gcs_unreachable"
     # The GCS answered that this driver's node is dead.
     NODE_DEAD = "node_dead"
+
+
+class ActorStarting(ServiceUnavailable):
+    """The actor's process did not start within ``actor_start_timeout_seconds``; nothing was
+    sent to it."""
 
 
 class ActorRestarting(ServiceUnavailable):
@@ -133,6 +138,10 @@ class ActorRuntime:
         # One long-lived thread runs every (re)connect: a private runtime's head processes get a
         # parent-death signal tied to the thread that started them, so it must not come and go.
         self._connector: ThreadPoolExecutor | None = None
+        # Actors this runtime created whose process may not run yet (``__ray_ready__`` not
+        # answered): their first calls wait for the start under its own budget, so a worker
+        # process starting slowly on a loaded machine is not taken for an actor that hangs.
+        self._starting: dict[str, Future[Any]] = {}
 
     @property
     def available(self) -> bool:
@@ -354,7 +363,27 @@ class ActorRuntime:
         remote_cls: Any = ray.remote(spec.cls).options(**options)
         handle = remote_cls.remote(*args)
         self._handles[spec.name] = handle
+        self._starting[spec.name] = handle.__ray_ready__.remote().future()
         return handle
+
+    async def started(self, actor_name: str) -> None:
+        """Wait until ``actor_name`` (an actor this runtime created) runs, at most
+        ``actor_start_timeout_seconds``; at once for one known to run. Raises
+        :class:`ActorStarting` on timeout, and Ray's error if its creation failed."""
+        pending = self._starting.get(actor_name)
+        if pending is None:
+            return
+        # Not shielded by cancelling: other callers wait on the same start.
+        waiter = asyncio.wrap_future(pending)
+        waiter.add_done_callback(_retrieve)
+        done, _ = await asyncio.wait({waiter}, timeout=self.settings.actor_start_timeout_seconds)
+        if not done:
+            raise ActorStarting(
+                f"{actor_name} is still starting", retry_after=RECONNECT_RETRY_AFTER_SECONDS
+            )
+        if self._starting.get(actor_name) is pending:
+            del self._starting[actor_name]
+        waiter.result()
 
     def forget(self, name: str) -> None:
         self._handles.pop(name, None)
@@ -368,10 +397,14 @@ class ActorRuntime:
         started = time.perf_counter()
         outcome = "ok"
         try:
+            await self.started(actor_name)
             ref = getattr(handle, method).remote(*args)
             return await asyncio.wait_for(
                 ref, timeout_s or self.settings.actor_call_timeout_seconds
             )
+        except ActorStarting:
+            outcome = "starting"
+            raise
         except MarketplaceError:
             outcome = "domain_error"
             raise
@@ -389,6 +422,13 @@ class ActorRuntime:
             ACTOR_CALL_LATENCY.labels(actor_name, method, outcome).observe(
                 time.perf_counter() - started
             )
+
+
+def _retrieve(waiter: asyncio.Future[Any]) -> None:
+    """Mark a start waiter's outcome as seen: a start that failed after its callers gave up
+    is not worth asyncio's "exception was never retrieved" error line."""
+    if not waiter.cancelled():
+        waiter.exception()
 
 
 def gcs_reconnect_timeout() -> float:

@@ -109,6 +109,10 @@ class Settings(BaseSettings):
     # Number of shard actors serialising per-user mutations (moderation state).
     user_shards: int = Field(default=4, ge=1, le=256)
     actor_call_timeout_seconds: float = Field(default=10.0, gt=0)
+    # A new actor's first calls wait this long for its process to start (a Python worker that
+    # imports the service, under load several times the call timeout) before the call's own
+    # timeout begins; a frontend waits as long at start-up for its project shards.
+    actor_start_timeout_seconds: float = Field(default=60.0, gt=0)
     # Liveness (GET /v1/health) fails once this frontend's Ray connection has been unusable (its
     # own raylet gone too, not rejoined) for longer than this, so the orchestrator restarts a
     # frontend that cannot rejoin by itself (docs/operations.md, "Losing the Ray head").

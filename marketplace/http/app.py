@@ -104,6 +104,14 @@ async def _ray(app: web.Application) -> AsyncIterator[None]:
     app[keys.ACTORS] = runtime
     app[keys.PROJECT_SHARDS] = ShardRouter(runtime, ShardFamily.PROJECT)
     app[keys.PROJECT_SHARDS].warm()
+    try:
+        # Ready means the write path runs: serve once the shards' processes started (a start
+        # slower than its budget is logged, and readiness says so, rather than holding reads
+        # back for ever).
+        await app[keys.PROJECT_SHARDS].wait_started()
+    except BaseException:
+        runtime.shutdown()  # interrupted while the shards start (Ctrl-C as `up` starts)
+        raise
     # User shards start on first use: until moderation writes, none is needed.
     app[keys.USER_SHARDS] = ShardRouter(runtime, ShardFamily.USER)
     # A lost Ray runtime degrades actor-backed routes to 503 while this reconnects; reads from
