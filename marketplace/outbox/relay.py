@@ -132,6 +132,7 @@ class EventRelay(OutboxLeader):
         self.relayed = 0  # entries this relay added to the stream
         self.already_relayed = 0  # entries Redis refused as already there
         self.skipped_unread = 0  # unread events this relay's sweeps deleted (all consumers)
+        self.sweeps = 0  # retention rounds this relay finished
         self._next_sweep = 0.0
         self._idle = False  # this relay holds RELAY_IDLE_KEY (from its last wait)
 
@@ -243,6 +244,7 @@ class EventRelay(OutboxLeader):
                     skip.through_position,
                     self.config.unread_retention,
                 )
+        self.sweeps += 1
 
 
 # How a relay's connection names itself in pg_stat_activity (which host and process holds the

@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 from marketplace.events.types import Event, NewEvent, ProjectRemovedPayload
 from marketplace.outbox.consumer import EventStream
 from marketplace.outbox.relay import EventRelay, RelayConfig
+from marketplace.redis_client import Redis
 from marketplace.storage.repositories import events as repo
 from tests.conftest import Servers
 from tests.support.db import open_pool
@@ -45,8 +46,11 @@ async def pool(servers: Servers) -> AsyncIterator[asyncpg.Pool]:
 
 @pytest.fixture
 async def redis(servers: Servers, pool: asyncpg.Pool) -> AsyncIterator[aioredis.Redis]:
-    # Raw bytes, unlike the app's client: the consumer must cope with either.
-    client = aioredis.Redis.from_url(servers.redis_url)
+    # Raw bytes, unlike the app's client: the consumer must cope with either. The service's
+    # client class all the same: a plain redis-py client can lose a task's cancellation
+    # (marketplace/redis_client.py), which left a cancelled stream follower reading on for
+    # good (test_consumer's live-consumer test hung until pytest's timeout).
+    client = Redis.from_url(servers.redis_url)
     yield client
     await client.aclose()
 

@@ -5,7 +5,9 @@ an error, recorded per consumer and exported on /metrics: never a silent loss.""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import TypeVar
 
 import asyncpg
 import pytest
@@ -18,6 +20,7 @@ from tests.integration.events.conftest import RelayStarter, committed_ids, produ
 from tests.support.waiting import eventually
 
 WEEK = timedelta(days=7)
+T = TypeVar("T")
 
 
 async def age(pool: asyncpg.Pool, days: int, through: int) -> None:
@@ -28,6 +31,13 @@ async def age(pool: asyncpg.Pool, days: int, through: int) -> None:
         days,
         through,
     )
+
+
+def _returning(value: Callable[[], T]) -> Callable[[], Awaitable[T]]:
+    async def check() -> T:
+        return value()
+
+    return check
 
 
 async def read_all_as_notifications(pool: asyncpg.Pool) -> list[int]:
@@ -57,7 +67,13 @@ async def test_a_stopped_consumer_misses_nothing_however_long_retention_runs(
     await age(pool, 10, ids[-1])  # all past the retention age
     running = await start_relay(retention=WEEK, unread_retention=timedelta(days=30))
     await wait_relayed(pool, ids[-1])
-    # The relay swept when it became active (and would every minute): nothing unread went.
+    # The relay sweeps once it became active (its first round may come after the events were
+    # relayed), then only a minute later: wait for that first sweep, so that it cannot take
+    # part of what this test sweeps below.
+    await eventually(
+        _returning(lambda: running.relay.sweeps), within=10, what="the relay's first sweep"
+    )
+    # The relay swept when it became active: nothing unread went.
     assert (await repo.sweep(pool, WEEK, 100, unread_older_than=timedelta(days=30))).deleted == 0
     assert await committed_ids(pool) == ids
     (lag,) = [x for x in await repo.consumer_lag(pool) if x.consumer == "notifications"]
