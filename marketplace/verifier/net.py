@@ -48,6 +48,8 @@ _HOST_LABEL = re.compile(r"[a-z0-9_-]+", re.IGNORECASE)
 # or 0x hex, as inet_aton reads it.
 _NUMERIC_LABEL = re.compile(r"[0-9]+|0x[0-9a-f]*", re.IGNORECASE)
 _MAX_HOST_NAME = 253
+# The authority of an absolute or scheme-relative URL, as written.
+_AUTHORITY = re.compile(r"^(?:[a-z][a-z0-9+.-]*:)?//([^/?#]*)", re.IGNORECASE)
 
 
 class HostRefused(Exception):
@@ -92,6 +94,21 @@ def check_address(text: str, *, allow_private: bool) -> IPAddress:
     if not allow_private and address_forbidden(ip):
         raise HostRefused(f"{text} is not a public address")
     return ip
+
+
+def check_bracketed_host(text: str) -> None:
+    """Refuse (:class:`InvalidDeliveryRef`) a URL, as written, whose bracketed host is not an
+    IPv6 address. yarl reads ``https://[v1.x]/`` as the name ``v1.x`` and drops the brackets,
+    which make it an RFC 3986 IPvFuture literal that curl and git refuse: another place where
+    parsers disagree, so it is refused before yarl reads the text."""
+    match = _AUTHORITY.match(text)
+    if match is None:
+        return
+    host = match.group(1).rpartition("@")[2]
+    if host.startswith("["):
+        literal = host.partition("]")[0] + "]"
+        if ":" not in literal:
+            raise InvalidDeliveryRef(f"host {literal} is not an IPv6 address")
 
 
 def check_host_form(url: URL) -> None:
@@ -256,12 +273,15 @@ async def guarded_get(
     transport's errors (``aiohttp.ClientError``, ``TimeoutError``).
     """
     current = URL(url)
+    pending_text: str | None = str(url)
     for _ in range(max_redirects + 1):
         check_url_scheme(current, allow_private=allow_private)
         try:
             # A redirect may name a host no fetch can reach as written (checked for the
             # reference when it was read): refused, a deterministic answer, not a failed
             # handshake that would look transient.
+            if pending_text is not None:
+                check_bracketed_host(pending_text)
             check_host_form(current)
         except InvalidDeliveryRef as exc:
             raise HostRefused(str(exc)) from None
@@ -273,6 +293,7 @@ async def guarded_get(
         location = response.headers.get("Location")
         if response.status in (301, 302, 303, 307, 308) and location:
             response.release()
+            pending_text = location
             current = current.join(URL(location))
             continue
         try:

@@ -19,7 +19,13 @@ from pathlib import Path
 
 from yarl import URL
 
-from marketplace.verifier.net import HostRefused, check_host_form, ip_literal, resolve_checked
+from marketplace.verifier.net import (
+    HostRefused,
+    check_bracketed_host,
+    check_host_form,
+    ip_literal,
+    resolve_checked,
+)
 from marketplace.verifier.policies.tooling import probe
 from marketplace.verifier.policy import (
     InvalidDeliveryRef,
@@ -97,6 +103,7 @@ def _check_ref(ref: str) -> str:
 def _parse_url(text: str) -> URL:
     """yarl reads brackets, ports and the like lazily: a malformed one must be the client's 400
     here, not a ValueError later."""
+    check_bracketed_host(text)
     try:
         url = URL(text)
         _ = (url.host, url.port, url.path, url.user, url.password)

@@ -20,6 +20,7 @@ from marketplace.verifier.net import (
     HostNotFound,
     HostRefused,
     TooManyRedirects,
+    check_bracketed_host,
     check_host_form,
     guarded_get,
     guarded_session,
@@ -68,6 +69,7 @@ def _web_url(text: str, settings: PolicySettings) -> URL:
     value = text.strip()
     if not value or any(c.isspace() for c in value):
         raise InvalidDeliveryRef("expected a URL")
+    check_bracketed_host(value)
     try:
         url = URL(value)
     except ValueError as exc:

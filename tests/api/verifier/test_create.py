@@ -357,15 +357,17 @@ async def test_an_agent_key_acts_for_its_user(
 async def test_delivery_ref_hosts_no_fetch_can_reach_are_400(
     vclient: Any, db: asyncpg.Connection
 ) -> None:
-    """Legacy IPv4 host forms (decimal, hex, octal, shortened) are refused when the request is
-    read, naming body.deliveryRef, instead of queueing a job that could only fail. This comes
-    before the project checks: the project need not exist."""
+    """Legacy IPv4 host forms (decimal, hex, octal, shortened) and bracketed hosts that are not
+    IPv6 addresses are refused when the request is read, naming body.deliveryRef, instead of
+    queueing a job that could only fail. This comes before the project checks: the project need
+    not exist."""
     party = await linked_party(vclient)
     for policy, ref in [
         ("screenshot-ref", "https://2130706433/x.png"),
         ("screenshot-ref", "https://0177.0.0.1/x.png"),
         ("screenshot-ref", "https://127.1/x.png"),
         ("figma-ref", "https://0x7f.0.0.1/file/KEY/x"),
+        ("screenshot-ref", "https://[v1.x]/x.png"),
     ]:
         resp = await vclient.post(
             JOBS,
@@ -376,5 +378,5 @@ async def test_delivery_ref_hosts_no_fetch_can_reach_are_400(
         assert await error_code(resp, 400) == "invalid_request", (policy, ref, body)
         assert [d["field"] for d in body["details"]] == ["deliveryRef"], body
         assert body["message"].startswith("invalid request: body.deliveryRef: "), body
-        assert "IPv4" in body["message"], body
+        assert "IPv4" in body["message"] or "IPv6" in body["message"], body
     assert await count_rows(db) == (0, 0)

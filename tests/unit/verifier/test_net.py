@@ -14,6 +14,7 @@ from marketplace.verifier.net import (
     HostRefused,
     address_forbidden,
     check_address,
+    check_bracketed_host,
     check_host_form,
     guarded_get,
     guarded_session,
@@ -182,6 +183,49 @@ async def test_a_redirect_to_an_unfetchable_host_form_is_refused() -> None:
         start = str(server.make_url("/start"))
         async with guarded_session(allow_private=True, timeout_s=5) as session:
             with pytest.raises(HostRefused, match="dotted-quad"):
+                async with guarded_get(session, start, allow_private=True, trace=trace):
+                    pass
+    assert trace.hops == [(start, 302)]
+
+
+@pytest.mark.parametrize(
+    "text", ["https://[v1.x]/", "https://user@[v1.x]:443/a", "//[v1.x]/x", "HTTPS://[vF.a]"]
+)
+def test_a_bracketed_host_that_is_not_ipv6_is_refused_as_written(text: str) -> None:
+    """yarl reads ``[v1.x]`` (an RFC 3986 IPvFuture literal, refused by curl and git) as the name
+    ``v1.x``, brackets dropped: only the text as written tells."""
+    assert URL(text).raw_host and "[" not in str(URL(text))  # what yarl makes of it
+    with pytest.raises(InvalidDeliveryRef, match="not an IPv6 address"):
+        check_bracketed_host(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "https://[::1]/",
+        "https://[2606:4700:4700::1111]:443/x.png",
+        "https://example.com/[v1.x]",
+        "https://example.com/?q=[v1.x]",
+        "/a//[v1.x]/b",  # a relative reference: no authority
+        "OWNER/REPO",
+    ],
+)
+def test_other_urls_pass_the_bracket_check(text: str) -> None:
+    check_bracketed_host(text)
+
+
+async def test_a_redirect_to_a_bracketed_name_is_refused() -> None:
+    async def redirect(request: web.Request) -> web.Response:
+        # As written (HTTPFound would send the Location through yarl, brackets dropped).
+        return web.Response(status=302, headers={"Location": "https://[v1.x]/target"})
+
+    app = web.Application()
+    app.router.add_get("/start", redirect)
+    trace = FetchTrace()
+    async with TestServer(app, host="127.0.0.1") as server:
+        start = str(server.make_url("/start"))
+        async with guarded_session(allow_private=True, timeout_s=5) as session:
+            with pytest.raises(HostRefused, match="not an IPv6 address"):
                 async with guarded_get(session, start, allow_private=True, trace=trace):
                     pass
     assert trace.hops == [(start, 302)]
