@@ -72,6 +72,9 @@ _KEY_RE = re.compile(KEY_PATTERN)
 # The longest a first request may hold its key: beyond it a retry takes the key over (the
 # holder's process is presumed dead). Far longer than any create handler runs.
 CLAIM_LEASE = timedelta(seconds=120)
+# Where :func:`respond` leaves the identity of a keyed request (user, key and request hash) for
+# :func:`repeat_safe_id`.
+_REQUEST_IDENTITY: web.RequestKey[bytes] = web.RequestKey("idempotency_identity", bytes)
 # 4xx answers stored like successes: they are about the request itself, so the same request
 # gets the same answer again (400 invalid_request of the handler's own checks, 413, 415, 422
 # such as offensive_content, which also counted an offense that a retry must not count twice).
@@ -106,6 +109,19 @@ def request_key(request: web.Request) -> str | None:
             ],
         )
     return value
+
+
+def repeat_safe_id(request: web.Request, purpose: str) -> uuid.UUID:
+    """The id of what ``request`` creates (``purpose`` names which thing): random, except under an
+    ``Idempotency-Key``, where every run of the same request (same user, key, method, path and
+    body) gets the same id. A 5xx releases the key, yet the first run may have committed (a shard
+    that answered after the call timeout): the retry then finds what the first run created under
+    that id instead of creating it again."""
+    identity = request.get(_REQUEST_IDENTITY)
+    if identity is None:
+        return uuid.uuid4()
+    digest = hashlib.sha256(identity + b"\0" + purpose.encode()).digest()
+    return uuid.UUID(bytes=digest[:16], version=4)
 
 
 def request_hash(method: str, path_qs: str, body: bytes) -> bytes:
@@ -202,6 +218,7 @@ async def respond(
     if token is None:
         raise ServiceUnavailable("the idempotency key could not be claimed; retry shortly")
 
+    request[_REQUEST_IDENTITY] = hashlib.sha256(user_id.bytes + held + digest).digest()
     try:
         response = await run()
     except MarketplaceError as exc:

@@ -21,6 +21,7 @@ from marketplace.types import RequestModel, ResponseModel
 from tests.api.messaging.conftest import chat_path, project_with_worker
 from tests.conftest import new_user
 from tests.support import apps
+from tests.support.waiting import eventually
 
 db = apps.db
 
@@ -201,6 +202,42 @@ async def test_a_retried_chat_message_is_stored_once(client: Any, db: asyncpg.Co
     assert again.headers["Idempotent-Replayed"] == "true"
     assert await again.json() == await first.json()
     assert await db.fetchval("SELECT count(*) FROM messages WHERE body = 'sent once'") == 1
+
+
+async def test_a_chat_send_committed_after_its_503_is_not_stored_again_by_the_retry(
+    client: Any, make_client: Any, db: asyncpg.Connection
+) -> None:
+    """A shard call past the frontend's call timeout is a 503, which releases the key, yet the
+    shard goes on and commits. The retry with the same key runs again and must find that message
+    rather than store a second one."""
+    project = await project_with_worker(client, db)
+    owner = project.owner
+    headers = {
+        **owner.headers,
+        "x-user-wallet-address": owner.address,
+        "Idempotency-Key": "0b6f4e8a-late-commit",
+    }
+    body = {"senderWalletAddress": owner.address, "body": "committed after its 503"}
+    # A frontend whose shard calls always time out (no answer comes within a microsecond).
+    impatient = await make_client(actor_call_timeout_seconds=1e-6)
+    first = await impatient.post(chat_path(project.address), json=body, headers=headers)
+    assert first.status == 503, await first.text()
+    count = "SELECT count(*) FROM messages WHERE body = 'committed after its 503'"
+    await eventually(
+        lambda: db.fetchval(count), within=10, what="the shard to commit the first send"
+    )
+    stored_id = await db.fetchval("SELECT id FROM messages WHERE body = 'committed after its 503'")
+
+    retry = await client.post(chat_path(project.address), json=body, headers=headers)
+    assert retry.status == 201, await retry.text()
+    assert "Idempotent-Replayed" not in retry.headers  # it ran again: nothing was stored
+    assert (await retry.json())["id"] == str(stored_id)
+    assert await db.fetchval(count) == 1
+    # Without a key each send is its own message, as before.
+    del headers["Idempotency-Key"]
+    plain = await client.post(chat_path(project.address), json=body, headers=headers)
+    assert plain.status == 201
+    assert await db.fetchval(count) == 2
 
 
 # --- what is stored and what is not ----------------------------------------------------------

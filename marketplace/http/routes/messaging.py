@@ -12,12 +12,12 @@ nothing other users read.
 from __future__ import annotations
 
 import functools
-import uuid
 
 from aiohttp import web
 
 from marketplace.errors import InvalidRequest
 from marketplace.http import keys
+from marketplace.http.idempotency import repeat_safe_id
 from marketplace.http.moderation_gate import screen_message
 from marketplace.http.paths import (
     BlockedUserPath,
@@ -124,12 +124,14 @@ async def post_chat_message(
     )
     command = chat.PostChatMessage(
         project_address=project,
-        message_id=uuid.uuid4(),
+        # Under an Idempotency-Key, the same id on a retry: one that follows a 503 whose call
+        # committed after all finds that message rather than storing a second one.
+        message_id=repeat_safe_id(call.request, "chat-message"),
         user_id=principal.user_id,
         sender_wallet=body.senderWalletAddress,
         body=body.body,
     )
-    # Safe to repeat: the message id is chosen here, so a retried command stores it once.
+    # Safe to repeat: the message id is chosen above, so a command sent again stores it once.
     row = await call.app[keys.PROJECT_SHARDS].run_idempotent(command)
     return ChatMessageRecord.from_row(row)
 
