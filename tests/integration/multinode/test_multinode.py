@@ -13,6 +13,7 @@ import contextlib
 import functools
 import itertools
 import time
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -142,7 +143,11 @@ async def test_two_frontends_share_actors_spread_over_both_nodes(
             first = await reader.message()
             assert not first.is_event and first.id is not None
             body = unique_body("to the stream on B")
-            sent = await answered(lambda: post_chat(a, world.owner, world.building[0], body), 201)
+            key = uuid.uuid4().hex
+            sent = await answered(
+                lambda: post_chat(a, world.owner, world.building[0], body, idempotency_key=key),
+                201,
+            )
             while True:
                 event = await reader.event(within=15)
                 if event.event == "chat.message":
@@ -160,7 +165,10 @@ async def test_two_frontends_share_actors_spread_over_both_nodes(
             # other tests a project shard on the second node has been seen to take longer than
             # this cluster's 5 s call timeout to answer its first call.
             message = await answered(
-                functools.partial(post_chat, writer, world.worker, project, body), 201
+                functools.partial(
+                    post_chat, writer, world.worker, project, body, idempotency_key=body
+                ),
+                201,
             )
             page = await json_of(
                 await reader_fe.get(

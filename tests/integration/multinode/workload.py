@@ -117,12 +117,24 @@ async def make_world(
 
 
 async def post_chat(
-    session: aiohttp.ClientSession, party: Party, project: str, body: str
+    session: aiohttp.ClientSession,
+    party: Party,
+    project: str,
+    body: str,
+    *,
+    idempotency_key: str | None = None,
 ) -> aiohttp.ClientResponse:
+    """A chat send; a caller that retries it (:func:`answered`) passes one ``idempotency_key``
+    for all its tries, as a client should: a 503 may follow a shard call that committed after
+    the call timeout, and only the key makes the retry answer that message rather than store a
+    second one."""
+    headers = {**party.headers, "x-user-wallet-address": party.address}
+    if idempotency_key is not None:
+        headers["Idempotency-Key"] = idempotency_key
     return await session.post(
         f"/v1/projects/{project}/chat/messages",
         json={"senderWalletAddress": party.address, "body": body},
-        headers={**party.headers, "x-user-wallet-address": party.address},
+        headers=headers,
     )
 
 
