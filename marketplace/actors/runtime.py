@@ -373,7 +373,8 @@ class ActorRuntime:
         pending = self._starting.get(actor_name)
         if pending is None:
             return
-        # Not shielded by cancelling: other callers wait on the same start.
+        # asyncio.wait, which never cancels what it waits on: a caller that gives up (or is
+        # cancelled) must not cancel the start that other callers wait on too.
         waiter = asyncio.wrap_future(pending)
         waiter.add_done_callback(_retrieve)
         done, _ = await asyncio.wait({waiter}, timeout=self.settings.actor_start_timeout_seconds)

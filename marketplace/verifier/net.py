@@ -273,15 +273,14 @@ async def guarded_get(
     transport's errors (``aiohttp.ClientError``, ``TimeoutError``).
     """
     current = URL(url)
-    pending_text: str | None = str(url)
+    written = str(url)  # the hop's URL as written (yarl drops what check_bracketed_host reads)
     for _ in range(max_redirects + 1):
         check_url_scheme(current, allow_private=allow_private)
         try:
             # A redirect may name a host no fetch can reach as written (checked for the
             # reference when it was read): refused, a deterministic answer, not a failed
             # handshake that would look transient.
-            if pending_text is not None:
-                check_bracketed_host(pending_text)
+            check_bracketed_host(written)
             check_host_form(current)
         except InvalidDeliveryRef as exc:
             raise HostRefused(str(exc)) from None
@@ -293,7 +292,7 @@ async def guarded_get(
         location = response.headers.get("Location")
         if response.status in (301, 302, 303, 307, 308) and location:
             response.release()
-            pending_text = location
+            written = location
             current = current.join(URL(location))
             continue
         try:
