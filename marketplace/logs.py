@@ -8,13 +8,28 @@ import json
 import logging
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from marketplace.config import Settings
 
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "request_id", default=None
 )
 
 _STANDARD_ATTRS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+def _context_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The request being served (``request_id``), then the record's ``extra`` fields."""
+    fields: dict[str, Any] = {}
+    request_id = request_id_var.get()
+    if request_id:
+        fields["request_id"] = request_id
+    for key, value in vars(record).items():
+        if key not in _STANDARD_ATTRS and not key.startswith("_"):
+            fields[key] = value
+    return fields
 
 
 class JsonFormatter(logging.Formatter):
@@ -26,12 +41,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        request_id = request_id_var.get()
-        if request_id:
-            entry["request_id"] = request_id
-        for key, value in vars(record).items():
-            if key not in _STANDARD_ATTRS and not key.startswith("_"):
-                entry[key] = value
+        entry.update(_context_fields(record))
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
@@ -43,19 +53,12 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%H:%M:%S", time.localtime(record.created))
-        fields: dict[str, Any] = {}
-        request_id = request_id_var.get()
-        if request_id:
-            fields["request_id"] = request_id
-        for key, value in vars(record).items():
-            if key not in _STANDARD_ATTRS and not key.startswith("_"):
-                fields[key] = value
         line = _text_line(
             f"{stamp}.{int(record.msecs):03d}",
             record.levelname,
             record.name,
             record.getMessage(),
-            fields,
+            _context_fields(record),
         )
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
@@ -109,6 +112,16 @@ def stderr_is_terminal() -> bool:
         return sys.stderr is not None and sys.stderr.isatty()
     except ValueError:  # closed
         return False
+
+
+def logging_from_settings(settings: Settings, *, interactive: bool = False) -> Settings:
+    """Configure the log (``MARKETPLACE_LOG_LEVEL``, ``MARKETPLACE_LOG_FORMAT``,
+    ``MARKETPLACE_LOG_JSON``; ``interactive``: a person watches, see :func:`use_json_logs`);
+    returns the settings with ``log_json`` saying the format chosen, which the access log
+    follows."""
+    json_logs = use_json_logs(settings.log_format, settings.log_json, interactive=interactive)
+    configure_logging(settings.log_level, json_logs)
+    return settings.model_copy(update={"log_json": json_logs})
 
 
 def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:

@@ -44,7 +44,7 @@ pytest_plugins = ["tests.support.completeness"]
 # at a time. They were two groups that could run at once on the two workers; on a slower day of
 # this 2-core machine an `up` starting beside a Ray head restarting from Redis kept the head
 # past Ray's fixed 30 s node start-up wait (`ray start` failed, so did the head-loss tests). One
-# group costs no wall time: it is about 10 minutes of the other worker's 16.
+# group costs no wall time: the other worker runs the rest of the suite meanwhile.
 HEAVY = "heavy-stacks"
 SERIAL_GROUPS = {
     "tests/integration/multinode/": HEAVY,

@@ -345,9 +345,9 @@ class ShardRouter:
         for index in range(self.count):
             self._handle(index)
 
-    async def wait_started(self) -> bool:
-        """Wait (at most the start budget) until every shard's process runs; False, with a
-        warning logged, if one did not start or its creation failed."""
+    async def wait_started(self) -> None:
+        """Wait (at most the start budget) until every shard's process runs; a shard that did
+        not start, or whose creation failed, is logged as a warning."""
         names = [self._handle(index)[0] for index in range(self.count)]
         results = await asyncio.gather(
             *(self.runtime.started(name) for name in names), return_exceptions=True
@@ -359,7 +359,6 @@ class ShardRouter:
         }
         if failed:
             log.warning("shards did not start", extra={"shards": failed})
-        return not failed
 
     async def ping(self, key: str) -> ShardPing:
         """Ping the shard owning ``key`` (its process id tells a restart)."""

@@ -398,7 +398,8 @@ class ActorRuntime:
         started = time.perf_counter()
         outcome = "ok"
         try:
-            await self.started(actor_name)
+            if actor_name in self._starting:  # only an actor's first calls: not on every call
+                await self.started(actor_name)
             ref = getattr(handle, method).remote(*args)
             return await asyncio.wait_for(
                 ref, timeout_s or self.settings.actor_call_timeout_seconds

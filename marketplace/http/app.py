@@ -95,22 +95,18 @@ async def _ray(app: web.Application) -> AsyncIterator[None]:
     runtime = ActorRuntime(app[keys.SETTINGS], database_url=app[keys.SETTINGS].database_url)
     try:
         await runtime.connect_async()
-    except BaseException:
-        # Interrupted while connecting (Ctrl-C while `up` starts): the connect goes on in its
-        # thread. Wait for it and stop what it started, rather than leave a private Ray runtime
-        # to whoever cleans up after this process.
-        runtime.shutdown()
-        raise
-    app[keys.ACTORS] = runtime
-    app[keys.PROJECT_SHARDS] = ShardRouter(runtime, ShardFamily.PROJECT)
-    app[keys.PROJECT_SHARDS].warm()
-    try:
+        app[keys.ACTORS] = runtime
+        app[keys.PROJECT_SHARDS] = ShardRouter(runtime, ShardFamily.PROJECT)
+        app[keys.PROJECT_SHARDS].warm()
         # Ready means the write path runs: serve once the shards' processes started (a start
         # slower than its budget is logged, and readiness says so, rather than holding reads
         # back for ever).
         await app[keys.PROJECT_SHARDS].wait_started()
     except BaseException:
-        runtime.shutdown()  # interrupted while the shards start (Ctrl-C as `up` starts)
+        # Interrupted while connecting or while the shards start (Ctrl-C as `up` starts): a
+        # connect goes on in its thread. Wait for it and stop what it started, rather than leave
+        # a private Ray runtime to whoever cleans up after this process.
+        runtime.shutdown()
         raise
     # User shards start on first use: until moderation writes, none is needed.
     app[keys.USER_SHARDS] = ShardRouter(runtime, ShardFamily.USER)
