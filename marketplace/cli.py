@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from marketplace.cli_commands import CAPABILITY_COMMANDS, Command, plain_text
-from marketplace.logs import logging_from_settings
+from marketplace.logs import configure_logging, use_json_logs
 
 if TYPE_CHECKING:
     from marketplace.config import Settings
@@ -142,6 +142,16 @@ def run_service(
             on_ready(settings)
 
     asyncio.run(serve(app, settings.host, settings.port, on_ready=ready))
+
+
+def logging_from_settings(settings: Settings, *, interactive: bool = False) -> Settings:
+    """Configure the log (``MARKETPLACE_LOG_LEVEL``, ``MARKETPLACE_LOG_FORMAT``,
+    ``MARKETPLACE_LOG_JSON``; ``interactive``: a person watches, see
+    :func:`marketplace.logs.use_json_logs`); returns the settings with ``log_json`` saying the
+    format chosen, which the access log follows."""
+    json_logs = use_json_logs(settings.log_format, settings.log_json, interactive=interactive)
+    configure_logging(settings.log_level, json_logs)
+    return settings.model_copy(update={"log_json": json_logs})
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -8,10 +8,7 @@ import json
 import logging
 import sys
 import time
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from marketplace.config import Settings
+from typing import Any
 
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "request_id", default=None
@@ -112,16 +109,6 @@ def stderr_is_terminal() -> bool:
         return sys.stderr is not None and sys.stderr.isatty()
     except ValueError:  # closed
         return False
-
-
-def logging_from_settings(settings: Settings, *, interactive: bool = False) -> Settings:
-    """Configure the log (``MARKETPLACE_LOG_LEVEL``, ``MARKETPLACE_LOG_FORMAT``,
-    ``MARKETPLACE_LOG_JSON``; ``interactive``: a person watches, see :func:`use_json_logs`);
-    returns the settings with ``log_json`` saying the format chosen, which the access log
-    follows."""
-    json_logs = use_json_logs(settings.log_format, settings.log_json, interactive=interactive)
-    configure_logging(settings.log_level, json_logs)
-    return settings.model_copy(update={"log_json": json_logs})
 
 
 def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:

@@ -14,8 +14,13 @@ from pathlib import Path
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from marketplace.cli import refuse_busy_port, run_service, settings_from_args
-    from marketplace.logs import logging_from_settings, stderr_is_terminal
+    from marketplace.cli import (
+        logging_from_settings,
+        refuse_busy_port,
+        run_service,
+        settings_from_args,
+    )
+    from marketplace.logs import stderr_is_terminal
 
     settings = settings_from_args(args)
     # Before anything starts (or loads): a busy port would otherwise show only once every

@@ -46,7 +46,7 @@ from marketplace.http.middlewares import (
     http_error_response,
 )
 from marketplace.http.ratelimit import RateLimiter
-from marketplace.logs import logging_from_settings
+from marketplace.logs import configure_logging, use_json_logs
 from marketplace.redis_client import Redis
 from marketplace.types import JsonObject, RequestModel, ResponseModel
 from marketplace.verifier.errors import PolicyUnavailable
@@ -258,7 +258,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         overrides["host"] = args.host
     if args.port:
         overrides["port"] = args.port
-    settings = logging_from_settings(load_settings(**overrides))
+    settings = load_settings(**overrides)
+    configure_logging(
+        settings.log_level, use_json_logs(settings.log_format, settings.log_json, interactive=False)
+    )
     missing = []
     if settings.scheduler_secret is None:
         missing.append("MARKETPLACE_SCHEDULER_SECRET (its callers' bearer token)")
