@@ -8,14 +8,17 @@ lock, so each key has exactly one writer at a time while different keys proceed 
 
 A command is a frozen dataclass defined in its domain module (see :mod:`marketplace.shards`);
 the frontend's :class:`ShardRouter` sends it to the shard owning its key (Ray pickles it, with
-its class by reference, so the actor imports the domain module on first use) and the shard runs
-``command.apply(ctx)`` under the key's lock. A new capability therefore adds commands without
-touching this file. :class:`ShardActor` is plain Python: tests use it without Ray.
+its class by reference) and the shard runs ``command.apply(ctx)`` under the key's lock. A shard
+imports its family's command modules (:attr:`ShardFamily.command_modules`) as it starts, so no
+command pays that import under the call timeout. A new capability therefore adds commands, and
+lists their module there, without touching this file. :class:`ShardActor` is plain Python:
+tests use it without Ray.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 import time
@@ -72,6 +75,8 @@ class ShardActor:
         self._pool_lock = asyncio.Lock()
         self._key_locks = KeyedLocks()
         self._context: ShardContext | None = None
+        for module in self.family.command_modules:
+            importlib.import_module(module)
 
     async def context(self) -> ShardContext:
         if self._context is None:

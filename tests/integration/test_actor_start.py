@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -14,9 +15,11 @@ from typing import Any
 
 import pytest
 
+from marketplace.actors.keyed_shard import ShardRouter, shard_spec
 from marketplace.actors.options import ActorSpec
 from marketplace.actors.runtime import ActorRuntime, ActorStarting
 from marketplace.config import Settings
+from marketplace.shards import ShardFamily
 from tests.conftest import kill_namespace_actors
 
 # Longer than the call timeout the tests give the runtime.
@@ -96,3 +99,23 @@ async def test_a_start_past_its_budget_is_a_503_and_later_calls_reach_the_actor(
         except ActorStarting:
             continue
     assert isinstance(answer, int) and answer > 0
+
+
+@pytest.mark.parametrize("family", list(ShardFamily), ids=lambda f: f.value)
+async def test_a_started_shard_has_imported_the_modules_of_its_commands(
+    settings: Settings, namespace: str, family: ShardFamily
+) -> None:
+    """A command reaches its shard pickled with its class by reference: a module not imported
+    at start would be imported by its first command, under the call timeout (9 to 10 s of a
+    10 s budget on a saturated machine, marketplace/shards.py)."""
+    runtime = runtime_for(settings, namespace, start_timeout=60.0)
+    router = ShardRouter(runtime, family)
+    await router.wait_started()
+    handle = runtime.handle(shard_spec(0, family), runtime.actor_settings(), family, 0)
+    modules = family.command_modules
+
+    def imported(shard: Any) -> list[str]:
+        return [module for module in modules if module in sys.modules]
+
+    # Before any command reached the shard.
+    assert await handle.__ray_call__.remote(imported) == list(modules)

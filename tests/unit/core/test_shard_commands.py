@@ -26,7 +26,7 @@ from marketplace.projects.claims import (
 from marketplace.records.bid_drafts import StoredBidDraft, UpsertBidDraft
 from marketplace.records.challenge_submissions import UpsertChallengeSubmission
 from marketplace.records.dispute_evidence import StoredDisputeEvidence, SubmitDisputeEvidence
-from marketplace.shards import ProjectCommand, ShardFamily
+from marketplace.shards import ProjectCommand, ShardFamily, UserCommand
 from marketplace.storage.repositories.claims import MetadataChanges
 from marketplace.storage.repositories.messages import MessageRow
 
@@ -57,9 +57,25 @@ COMMANDS: list[ProjectCommand] = [
 ]
 
 
-def project_commands_in_the_package() -> set[type]:
-    # Every domain package (where commands live), imported whole.
-    for package in ("identity", "projects", "records", "events", "jobs", "legal", "messaging"):
+# Every domain package (where commands live).
+DOMAIN_PACKAGES = (
+    "identity",
+    "projects",
+    "records",
+    "events",
+    "jobs",
+    "legal",
+    "messaging",
+    "moderation",
+    "notifications",
+    "leaderboards",
+    "verifier",
+)
+
+
+def commands_in_the_package(base: type) -> set[type]:
+    """The command classes deriving from ``base`` in the domain packages, imported whole."""
+    for package in DOMAIN_PACKAGES:
         root = importlib.import_module(f"marketplace.{package}")
         for module in pkgutil.walk_packages(root.__path__, f"{root.__name__}."):
             if not module.name.endswith("__main__"):
@@ -69,7 +85,27 @@ def project_commands_in_the_package() -> set[type]:
         direct: set[type] = set(cls.__subclasses__())
         return direct.union(*(subclasses(sub) for sub in direct))
 
-    return {cls for cls in subclasses(ProjectCommand) if cls.__module__.startswith("marketplace.")}
+    return {cls for cls in subclasses(base) if cls.__module__.startswith("marketplace.")}
+
+
+def project_commands_in_the_package() -> set[type]:
+    return commands_in_the_package(ProjectCommand)
+
+
+@pytest.mark.parametrize(
+    ("family", "base"),
+    [(ShardFamily.PROJECT, ProjectCommand), (ShardFamily.USER, UserCommand)],
+    ids=["project", "user"],
+)
+def test_each_family_lists_exactly_the_modules_of_its_commands(
+    family: ShardFamily, base: type
+) -> None:
+    # A shard imports these as it starts; a module left out would be imported by its first
+    # command, under the call timeout (marketplace/shards.py, COMMAND_MODULES).
+    modules = {cls.__module__ for cls in commands_in_the_package(base)}
+    assert modules, f"no {family} commands found: the walk is broken"
+    assert set(family.command_modules) == modules
+    assert len(family.command_modules) == len(modules)
 
 
 def test_every_command_class_is_covered_here() -> None:
