@@ -64,15 +64,28 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return load_settings(**overrides)
 
 
-def port_problem(host: str, port: int) -> str | None:
-    """Why the API could not listen on ``host:port``, or None when it can.
+# As aiohttp's sites (web.TCPSite's default).
+LISTEN_BACKLOG = 128
 
-    Checked before anything starts (``serve``, ``up``), so that a busy port costs a second, not
-    the start of every dependency and a traceback. The probe binds as aiohttp will (every
-    address ``host`` resolves to, ``SO_REUSEADDR`` on), then lets go.
+
+class PortUnavailable(Exception):
+    """The API cannot listen where it was told to; the message says why, in one line."""
+
+
+def claim_port(host: str, port: int) -> list[socket.socket]:
+    """Listen on ``port`` at every address ``host`` resolves to, as aiohttp would (``SO_REUSEADDR``
+    on; an IPv6 socket does not also claim IPv4), and return the sockets for the server to serve
+    on. Raises :class:`PortUnavailable` (nothing left open) when it cannot. Port 0 (any free
+    port) claims nothing: the server picks one.
+
+    Claimed before anything starts (``serve``, ``up``): a busy port costs a second, not the start
+    of every dependency and a traceback; and holding the port from then on means nothing else
+    can take it while the dependencies start (a check that let go of it left a window of the
+    whole start-up, about 10 s under ``up``). A client that connects meanwhile waits in the
+    backlog until the service serves.
     """
     if port == 0:
-        return None
+        return []
     where = f"port {port} on {host}"
     elsewhere = "(set --host or MARKETPLACE_HOST, --port or MARKETPLACE_PORT)"
     try:
@@ -80,29 +93,42 @@ def port_problem(host: str, port: int) -> str | None:
             host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
     except socket.gaierror as exc:
-        return f"cannot listen on {host}: {exc.strerror} {elsewhere}"
-    for family, kind, proto, _, address in addresses:
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        raise PortUnavailable(f"cannot listen on {host}: {exc.strerror} {elsewhere}") from exc
+    claimed: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(addresses):
+            sock = socket.socket(family, kind, proto)
+            claimed.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
-                # As asyncio's create_server: an IPv6 socket does not also claim IPv4.
-                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             try:
-                probe.bind(address)
+                sock.bind(address)
             except OSError as exc:
                 if exc.errno == errno.EADDRINUSE:
-                    return f"{where} is already in use (set --port or MARKETPLACE_PORT)"
-                return f"cannot listen on {where}: {exc.strerror or exc} {elsewhere}"
-    return None
+                    raise PortUnavailable(
+                        f"{where} is already in use (set --port or MARKETPLACE_PORT)"
+                    ) from exc
+                raise PortUnavailable(
+                    f"cannot listen on {where}: {exc.strerror or exc} {elsewhere}"
+                ) from exc
+            sock.listen(LISTEN_BACKLOG)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in claimed:
+            sock.close()
+        raise
+    return claimed
 
 
-def refuse_busy_port(command: str, settings: Settings) -> bool:
-    """Print the one-line reason ``command`` cannot listen (and say so), or do nothing."""
-    problem = port_problem(settings.host, settings.port)
-    if problem is None:
-        return False
-    print(f"marketplace {command}: {problem}", file=sys.stderr)
-    return True
+def claim_listening_port(command: str, settings: Settings) -> list[socket.socket] | None:
+    """:func:`claim_port` for ``command``: the sockets, or None once the one-line reason it
+    cannot listen is printed."""
+    try:
+        return claim_port(settings.host, settings.port)
+    except PortUnavailable as problem:
+        print(f"marketplace {command}: {problem}", file=sys.stderr)
+        return None
 
 
 def run_service(
@@ -111,10 +137,12 @@ def run_service(
     migrate: bool,
     on_ready: Callable[[Settings], None] | None = None,
     on_stopping: Callable[[], None] | None = None,
+    sockets: Sequence[socket.socket] = (),
 ) -> None:
     """Serve the API with ``settings`` until interrupted (``serve``; ``up`` once it has started
     what the settings lack); ``on_ready`` runs once it listens, ``on_stopping`` as soon as a
-    signal asks it to stop (before the app's contexts stop)."""
+    signal asks it to stop (before the app's contexts stop). ``sockets``: the listening sockets
+    :func:`claim_port` returned (none: listen on the settings' host and port now)."""
     if not settings.ray_address:
         from marketplace.actors.ray_env import prepare_local_ray_environment
 
@@ -141,7 +169,7 @@ def run_service(
         if on_ready is not None:
             on_ready(settings)
 
-    asyncio.run(serve(app, settings.host, settings.port, on_ready=ready))
+    asyncio.run(serve(app, settings.host, settings.port, on_ready=ready, sockets=sockets))
 
 
 def logging_from_settings(settings: Settings, *, interactive: bool = False) -> Settings:
@@ -170,9 +198,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    if refuse_busy_port("serve", settings):
+    sockets = claim_listening_port("serve", settings)
+    if sockets is None:
         return 2
-    run_service(settings, migrate=not args.skip_migrations)
+    run_service(settings, migrate=not args.skip_migrations, sockets=sockets)
     return 0
 
 

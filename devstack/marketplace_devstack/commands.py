@@ -15,8 +15,8 @@ from pathlib import Path
 
 def cmd_up(args: argparse.Namespace) -> int:
     from marketplace.cli import (
+        claim_listening_port,
         logging_from_settings,
-        refuse_busy_port,
         run_service,
         settings_from_args,
     )
@@ -24,8 +24,9 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     # Before anything starts (or loads): a busy port would otherwise show only once every
-    # dependency ran.
-    if refuse_busy_port("up", settings):
+    # dependency ran. Held from now on, so nothing takes it while they start.
+    sockets = claim_listening_port("up", settings)
+    if sockets is None:
         return 2
     from marketplace_devstack.embedded.supervisor import run_up
 
@@ -40,7 +41,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     return run_up(
         settings,
         lambda s, ready, stopping: run_service(
-            s, migrate=True, on_ready=ready, on_stopping=stopping
+            s, migrate=True, on_ready=ready, on_stopping=stopping, sockets=sockets
         ),
     )
 

@@ -13,7 +13,8 @@ import asyncio
 import json
 import logging
 import signal
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -90,8 +91,10 @@ async def serve(
     *,
     on_ready: Callable[[], None] | None = None,
     shutdown_timeout: float = 10.0,
+    sockets: Sequence[socket.socket] = (),
 ) -> None:
-    """Serve ``app`` until SIGINT or SIGTERM, then shut down gracefully."""
+    """Serve ``app`` until SIGINT or SIGTERM, then shut down gracefully: on ``sockets``
+    (listening already) when given, else on ``host:port``."""
     runner = JsonErrorsAppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
     freeze_start_up_heap()
@@ -106,8 +109,13 @@ async def serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
     try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
+        sites: list[web.BaseSite] = (
+            [web.SockSite(runner, sock) for sock in sockets]
+            if sockets
+            else [web.TCPSite(runner, host, port)]
+        )
+        for site in sites:
+            await site.start()
         if on_ready is not None:
             on_ready()
         await stop.wait()
