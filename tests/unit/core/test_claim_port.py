@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import gc
 import socket
 
 import pytest
@@ -37,7 +38,12 @@ async def hello(request: web.Request) -> web.Response:
     return web.json_response({"hello": "world"})
 
 
-async def test_a_claimed_port_is_held_and_an_early_client_is_answered_once_served() -> None:
+async def test_a_claimed_port_is_held_and_an_early_client_is_answered_once_served(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # serve() freezes the heap of a process that serves one app; this one runs many tests.
+    monkeypatch.setattr("marketplace.http.server.freeze_start_up_heap", lambda: None)
+    frozen = gc.get_freeze_count()
     port = free_port()
     sockets = claim_port("127.0.0.1", port)
     assert [s.getsockname() for s in sockets] == [("127.0.0.1", port)]
@@ -67,6 +73,7 @@ async def test_a_claimed_port_is_held_and_an_early_client_is_answered_once_serve
             await server
     # The server let go of it as it stopped.
     assert bind_error(port) is None
+    assert gc.get_freeze_count() == frozen
 
 
 def test_a_busy_port_is_refused_in_one_line_and_nothing_is_left_open() -> None:
