@@ -73,7 +73,9 @@ async def test_a_claimed_port_is_held_and_an_early_client_is_answered_once_serve
             await server
     # The server let go of it as it stopped.
     assert bind_error(port) is None
-    assert gc.get_freeze_count() == frozen
+    # Frozen objects still die by reference counting (other tests freeze this worker's heap:
+    # actors used as plain Python), so the count may fall; a freeze would raise it.
+    assert gc.get_freeze_count() <= frozen
 
 
 def test_a_busy_port_is_refused_in_one_line_and_nothing_is_left_open() -> None:
