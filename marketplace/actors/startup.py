@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import ray
+
 from marketplace.actors.restarts import note_restart
 from marketplace.actors.settings import ActorSettings
 from marketplace.interpreter import freeze_start_up_heap, pin_recursion_limit
@@ -13,5 +15,16 @@ def start_actor(kind: str, settings: ActorSettings) -> None:
     """The process-wide preparations every actor needs; ``kind`` is the label its restarts are
     counted under."""
     pin_recursion_limit()
-    freeze_start_up_heap()
+    if in_ray_actor():
+        # Only in the actor's own process: a class used as plain Python (tests) runs in a
+        # process that builds many, where what is frozen is never collected.
+        freeze_start_up_heap()
     note_restart(kind, settings.redis_url)
+
+
+def in_ray_actor() -> bool:
+    """Whether this process is a Ray actor's (not a driver, not plain Python)."""
+    try:
+        return ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
+    except Exception:
+        return False

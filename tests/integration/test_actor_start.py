@@ -6,6 +6,7 @@ actor may take to answer."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import sys
 import time
@@ -119,3 +120,5 @@ async def test_a_started_shard_has_imported_the_modules_of_its_commands(
 
     # Before any command reached the shard.
     assert await handle.__ray_call__.remote(imported) == list(modules)
+    # And, in its own process, it froze its start-up heap (marketplace/actors/startup.py).
+    assert await handle.__ray_call__.remote(lambda shard: gc.get_freeze_count()) > 0

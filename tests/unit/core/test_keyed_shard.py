@@ -4,6 +4,7 @@ frontend router's key -> shard mapping."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -226,3 +227,13 @@ async def test_a_batch_answers_each_command_on_its_own(single_shard: ShardActor)
     # Same key, one writer: the second step of 0xaa ran after the first.
     assert trace == ["one in", "one out", "two in", "two out"]
     assert single_shard.held_keys == 0
+
+
+async def test_a_shard_used_as_plain_python_leaves_the_heap_unfrozen(servers: Servers) -> None:
+    # Only an actor's own process freezes its start-up heap (marketplace/actors/startup.py):
+    # a test process builds many shards and apps, and what is frozen is never collected.
+    frozen = gc.get_freeze_count()
+    shard = ShardActor(actor_settings(servers, project_shards=1), ShardFamily.PROJECT, 0)
+    await shard.close()
+    # Frozen objects still die by reference counting: the count may fall, a freeze raises it.
+    assert gc.get_freeze_count() <= frozen
