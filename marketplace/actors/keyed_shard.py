@@ -212,8 +212,8 @@ def shard_spec(index: int, family: ShardFamily = ShardFamily.PROJECT) -> ActorSp
 class ShardRouter:
     """Frontend-side router of one family: key -> the shard actor owning it.
 
-    Shard actors are created on first use (or all at once by :meth:`warm`); every frontend finds
-    the same ones by name.
+    Shard actors are created on first use (or all at once by :meth:`wait_started`); every
+    frontend finds the same ones by name.
     """
 
     def __init__(self, runtime: ActorRuntime, family: ShardFamily) -> None:
@@ -345,14 +345,10 @@ class ShardRouter:
             queue.sent_at.remove(sent_at)
             self._pump(index, queue)
 
-    def warm(self) -> None:
-        """Create (or find) every shard now, so their processes start before the first write."""
-        for index in range(self.count):
-            self._handle(index)
-
     async def wait_started(self) -> None:
-        """Wait (at most the start budget) until every shard's process runs; a shard that did
-        not start, or whose creation failed, is logged as a warning."""
+        """Create (or find) every shard now and wait (at most the start budget) until each one's
+        process runs, so they start before the first write; a shard that did not start, or whose
+        creation failed, is logged as a warning."""
         names = [self._handle(index)[0] for index in range(self.count)]
         results = await asyncio.gather(
             *(self.runtime.started(name) for name in names), return_exceptions=True

@@ -32,17 +32,22 @@ CHECK_DELAY_SECONDS = 2.0
 def note_restart(kind: str, redis_url: str) -> threading.Thread | None:
     """Count this actor's start under ``kind`` if Ray restarted it. Returns the thread doing it
     (tests join it), or None outside a Ray actor (a class used as plain Python)."""
-    try:
-        if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
-            return None
-    except Exception:
-        log.warning("actor restart check failed", extra={"kind": kind}, exc_info=True)
+    if not in_ray_actor():
         return None
     thread = threading.Thread(
         target=_record, args=(kind, redis_url), name="actor-restart-metric", daemon=True
     )
     thread.start()
     return thread
+
+
+def in_ray_actor() -> bool:
+    """Whether this process is a Ray actor's (not a driver, not a class used as plain Python)."""
+    try:
+        return ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
+    except Exception:
+        log.warning("ray actor check failed", exc_info=True)
+        return False
 
 
 def _record(kind: str, redis_url: str) -> None:

@@ -4,9 +4,7 @@
 
 from __future__ import annotations
 
-import ray
-
-from marketplace.actors.restarts import note_restart
+from marketplace.actors.restarts import in_ray_actor, note_restart
 from marketplace.actors.settings import ActorSettings
 from marketplace.interpreter import freeze_start_up_heap, pin_recursion_limit
 
@@ -20,11 +18,3 @@ def start_actor(kind: str, settings: ActorSettings) -> None:
         # process that builds many, where what is frozen is never collected.
         freeze_start_up_heap()
     note_restart(kind, settings.redis_url)
-
-
-def in_ray_actor() -> bool:
-    """Whether this process is a Ray actor's (not a driver, not plain Python)."""
-    try:
-        return ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
-    except Exception:
-        return False

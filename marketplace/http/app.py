@@ -97,7 +97,6 @@ async def _ray(app: web.Application) -> AsyncIterator[None]:
         await runtime.connect_async()
         app[keys.ACTORS] = runtime
         app[keys.PROJECT_SHARDS] = ShardRouter(runtime, ShardFamily.PROJECT)
-        app[keys.PROJECT_SHARDS].warm()
         # Ready means the write path runs: serve once the shards' processes started (a start
         # slower than its budget is logged, and readiness says so, rather than holding reads
         # back for ever).

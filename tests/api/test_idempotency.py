@@ -18,7 +18,7 @@ from marketplace.errors import InvalidRequest, NotFound, ServiceUnavailable
 from marketplace.http.idempotency import key_digest
 from marketplace.http.routing import AuthMode, Call, RouteTable
 from marketplace.types import RequestModel, ResponseModel
-from tests.api.messaging.conftest import chat_path, project_with_worker
+from tests.api.messaging.conftest import post_chat, project_with_worker
 from tests.conftest import new_user
 from tests.support import apps
 from tests.support.waiting import eventually
@@ -189,15 +189,10 @@ async def test_keys_are_per_user_and_need_a_principal(client: Any, db: asyncpg.C
 async def test_a_retried_chat_message_is_stored_once(client: Any, db: asyncpg.Connection) -> None:
     project = await project_with_worker(client, db)
     owner = project.owner
-    headers = {
-        **owner.headers,
-        "x-user-wallet-address": owner.address,
-        "Idempotency-Key": "7d3f1c9e-chat",
-    }
-    body = {"senderWalletAddress": owner.address, "body": "sent once"}
-    first = await client.post(chat_path(project.address), json=body, headers=headers)
+    keyed = {**owner.headers, "Idempotency-Key": "7d3f1c9e-chat"}
+    first = await post_chat(client, owner, project.address, "sent once", headers=keyed)
     assert first.status == 201, await first.text()
-    again = await client.post(chat_path(project.address), json=body, headers=headers)
+    again = await post_chat(client, owner, project.address, "sent once", headers=keyed)
     assert again.status == 201
     assert again.headers["Idempotent-Replayed"] == "true"
     assert await again.json() == await first.json()
@@ -212,15 +207,11 @@ async def test_a_chat_send_committed_after_its_503_is_not_stored_again_by_the_re
     rather than store a second one."""
     project = await project_with_worker(client, db)
     owner = project.owner
-    headers = {
-        **owner.headers,
-        "x-user-wallet-address": owner.address,
-        "Idempotency-Key": "0b6f4e8a-late-commit",
-    }
-    body = {"senderWalletAddress": owner.address, "body": "committed after its 503"}
+    keyed = {**owner.headers, "Idempotency-Key": "0b6f4e8a-late-commit"}
+    text = "committed after its 503"
     # A frontend whose shard calls always time out (no answer comes within a microsecond).
     impatient = await make_client(actor_call_timeout_seconds=1e-6)
-    first = await impatient.post(chat_path(project.address), json=body, headers=headers)
+    first = await post_chat(impatient, owner, project.address, text, headers=keyed)
     assert first.status == 503, await first.text()
     count = "SELECT count(*) FROM messages WHERE body = 'committed after its 503'"
     await eventually(
@@ -228,14 +219,13 @@ async def test_a_chat_send_committed_after_its_503_is_not_stored_again_by_the_re
     )
     stored_id = await db.fetchval("SELECT id FROM messages WHERE body = 'committed after its 503'")
 
-    retry = await client.post(chat_path(project.address), json=body, headers=headers)
+    retry = await post_chat(client, owner, project.address, text, headers=keyed)
     assert retry.status == 201, await retry.text()
     assert "Idempotent-Replayed" not in retry.headers  # it ran again: nothing was stored
     assert (await retry.json())["id"] == str(stored_id)
     assert await db.fetchval(count) == 1
     # Without a key each send is its own message, as before.
-    del headers["Idempotency-Key"]
-    plain = await client.post(chat_path(project.address), json=body, headers=headers)
+    plain = await post_chat(client, owner, project.address, text)
     assert plain.status == 201
     assert await db.fetchval(count) == 2
 
